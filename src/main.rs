@@ -1,0 +1,104 @@
+//! The `exec-server` binary: flags, logging to stderr, and the stdio server.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, ValueEnum};
+use exec_server::server::{self, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_PROCESSES};
+use exec_server::{Config, OnEof};
+use tracing_subscriber::EnvFilter;
+
+/// A subprocess and filesystem sidecar speaking exec-server.v0 (newline-delimited JSON-RPC) on stdin/stdout.
+#[derive(Debug, Parser)]
+#[command(name = "exec-server", version)]
+struct Cli {
+    /// Longest accepted input line in bytes; longer lines get an error (id -1) and are discarded.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
+    max_message_bytes: usize,
+    /// Live processes allowed per connection.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_PROCESSES)]
+    max_processes: usize,
+    /// Confine fs paths and process cwds to this directory (repeatable). Not a sandbox.
+    #[arg(long = "root", value_name = "DIR")]
+    roots: Vec<PathBuf>,
+    /// On stdin EOF: kill every process (kill), or let them finish and deliver their output (wait).
+    #[arg(long, value_enum, default_value_t = EofMode::Kill)]
+    on_eof: EofMode,
+    /// Log filter for stderr (for example debug, or exec_server=trace); overrides RUST_LOG.
+    #[arg(long, value_name = "FILTER")]
+    log_level: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum EofMode {
+    Kill,
+    Wait,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = match &cli.log_level {
+        Some(level) => EnvFilter::try_new(level),
+        None => EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new("warn")),
+    };
+    let filter = match filter {
+        Ok(filter) => filter,
+        Err(error) => {
+            eprintln!("exec-server: invalid log filter: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .init();
+    let config = Config {
+        max_message_bytes: cli.max_message_bytes,
+        max_processes: cli.max_processes,
+        roots: cli.roots,
+        on_eof: match cli.on_eof {
+            EofMode::Kill => OnEof::Kill,
+            EofMode::Wait => OnEof::Wait,
+        },
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(4096)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("exec-server: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let shutdown = shutdown_signal()?;
+        server::run_until(tokio::io::stdin(), tokio::io::stdout(), config, shutdown).await
+    });
+    // stdin's reader thread may still be blocked in read(2); do not wait for it.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("exec-server: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Completes on the first SIGTERM or SIGINT.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
+}

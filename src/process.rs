@@ -1,0 +1,424 @@
+//! The process table of one connection: start, control, output, exit and forgetting.
+//!
+//! The table is owned by the server loop and never locked. Process tasks report
+//! through [`ProcEvent`]s; the loop hands them to [`ProcessTable::on_event`], and
+//! calls [`ProcessTable::on_timers`] when [`ProcessTable::next_deadline`] passes.
+//! Messages for the client are pushed onto an outbox `Vec<Message>` in order.
+
+mod entry;
+mod output;
+mod pumps;
+mod signal;
+mod spawn;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use self::entry::Entry;
+pub(crate) use self::pumps::ProcEvent;
+use self::pumps::StdinOp;
+use self::signal::Signal;
+use crate::protocol::{
+    ErrorObject, ListResult, Message, ProcessRead, ReadParams, ReadResult, ResizeParams,
+    RunningResult, SandboxMode, SignalParams, StartParams, StartResult, TerminateParams,
+    WriteParams, WriteResult,
+};
+
+pub(crate) use self::output::RETAINED_BYTES;
+
+/// How long `process/exited` waits for the streams to drain after exit.
+const EXIT_DRAIN: Duration = Duration::from_millis(250);
+/// How long an exited process's id stays reserved.
+const RESERVATION: Duration = Duration::from_secs(30);
+/// Longest `waitMs` honoured (one day).
+const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
+
+/// Limits of one table.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub(crate) max_processes: usize,
+    pub(crate) retained_bytes: usize,
+}
+
+/// The answer to `process/read`: now, or later when output, exit or the deadline comes.
+pub(crate) enum ReadOutcome {
+    Ready(ReadResult),
+    Parked,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Timer {
+    ReadDeadline(u64),
+    ExitDrain(u64),
+    KillAfterGrace(u64),
+    Forget(u64),
+}
+
+struct ParkedRead {
+    request: crate::protocol::RequestId,
+    serial: u64,
+    params: ReadParams,
+}
+
+/// Every process one connection started, by client id.
+pub(crate) struct ProcessTable {
+    entries: HashMap<String, Entry>,
+    ids: HashMap<u64, String>,
+    next_serial: u64,
+    events: mpsc::Sender<ProcEvent>,
+    timers: BinaryHeap<Reverse<(Instant, Timer)>>,
+    parked: BTreeMap<u64, ParkedRead>,
+    limits: Limits,
+}
+
+impl ProcessTable {
+    /// A table whose processes report on `events`.
+    pub(crate) fn new(events: mpsc::Sender<ProcEvent>, limits: Limits) -> ProcessTable {
+        ProcessTable {
+            entries: HashMap::new(),
+            ids: HashMap::new(),
+            next_serial: 1,
+            events,
+            timers: BinaryHeap::new(),
+            parked: BTreeMap::new(),
+            limits,
+        }
+    }
+
+    /// `process/start`; `cwd` has already been checked by the caller.
+    pub(crate) fn start(&mut self, params: StartParams) -> Result<StartResult, ErrorObject> {
+        if params.argv.is_empty() {
+            return Err(ErrorObject::invalid_params("argv must not be empty"));
+        }
+        if let Some(sandbox) = &params.sandbox {
+            if sandbox.mode == SandboxMode::HostDefault {
+                return Err(ErrorObject::invalid_request(
+                    "sandbox mode `hostDefault` is not supported by exec-server yet",
+                ));
+            }
+        }
+        if self.entries.contains_key(&params.process_id) {
+            return Err(ErrorObject::invalid_request(format!(
+                "process {} already exists",
+                params.process_id
+            )));
+        }
+        let live = self.entries.values().filter(|e| e.exit.is_none()).count();
+        if live >= self.limits.max_processes {
+            return Err(ErrorObject::invalid_request(format!(
+                "too many processes: the limit is {} live processes per connection",
+                self.limits.max_processes
+            )));
+        }
+        if !params.tty && params.size.is_some() {
+            return Err(ErrorObject::invalid_request(format!(
+                "size is only valid for a tty process, and process {} is not one",
+                params.process_id
+            )));
+        }
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        let entry = Entry::start(serial, &params, &self.events, self.limits.retained_bytes)
+            .map_err(|error| {
+                ErrorObject::internal(format!("failed to start `{}`: {error}", params.argv[0]))
+            })?;
+        tracing::debug!(id = %params.process_id, pid = entry.pid, argv = ?params.argv, "started");
+        self.ids.insert(serial, params.process_id.clone());
+        self.entries.insert(params.process_id.clone(), entry);
+        Ok(StartResult { process_id: params.process_id })
+    }
+
+    /// `process/read`. A read with `waitMs` and nothing to return is parked.
+    pub(crate) fn read(
+        &mut self,
+        request: crate::protocol::RequestId,
+        params: ReadParams,
+        now: Instant,
+    ) -> Result<ReadOutcome, ErrorObject> {
+        let entry = self.get(&params.process_id)?;
+        let after = params.after_seq.unwrap_or(0);
+        let wait = params.wait_ms.map(Duration::from_millis).filter(|w| !w.is_zero());
+        match wait {
+            Some(wait) if !entry.output.has_after(after) && !entry.exit_reported => {
+                let serial = entry.serial;
+                let wait_id = self.next_serial;
+                self.next_serial += 1;
+                let deadline = now + wait.min(MAX_WAIT);
+                self.timers.push(Reverse((deadline, Timer::ReadDeadline(wait_id))));
+                self.parked.insert(wait_id, ParkedRead { request, serial, params });
+                Ok(ReadOutcome::Parked)
+            }
+            _ => Ok(ReadOutcome::Ready(entry.read(&params))),
+        }
+    }
+
+    /// `process/write`.
+    pub(crate) fn write(&mut self, params: WriteParams) -> Result<WriteResult, ErrorObject> {
+        let id = &params.process_id;
+        let entry = self.get_mut(id)?;
+        if entry.tty && params.close_stdin {
+            return Err(ErrorObject::invalid_request(format!(
+                "closeStdin is not supported for tty process {id}: write the terminal's EOF character (\\u0004) instead"
+            )));
+        }
+        let closed = || ErrorObject::invalid_request(format!("stdin is closed for process {id}"));
+        if entry.exit.is_some() {
+            entry.stdin = None;
+        }
+        let stdin = entry.stdin.as_ref().ok_or_else(closed)?;
+        let op = StdinOp { bytes: params.chunk.0, close: params.close_stdin };
+        match stdin.try_send(op) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                return Err(ErrorObject::invalid_request(format!(
+                    "stdin of process {id} is full: {} writes are waiting for the process to read",
+                    pumps::STDIN_QUEUE
+                )))
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                entry.stdin = None;
+                return Err(closed());
+            }
+        }
+        if params.close_stdin {
+            entry.stdin = None;
+        }
+        Ok(WriteResult { accepted: true })
+    }
+
+    /// `process/terminate`: SIGKILL now, or SIGTERM and SIGKILL after `graceMs`.
+    pub(crate) fn terminate(&mut self, params: TerminateParams, now: Instant) -> RunningResult {
+        let Some(entry) = self.entries.get(&params.process_id) else {
+            return RunningResult { running: false };
+        };
+        if entry.exit.is_some() {
+            // Descendants left in the group go too; the answer stays false.
+            entry.signal(Signal::KILL);
+            return RunningResult { running: false };
+        }
+        match params.grace_ms {
+            Some(grace) => {
+                entry.signal(Signal::TERM);
+                entry.signal(Signal(libc::SIGCONT));
+                let deadline = now + Duration::from_millis(grace).min(MAX_WAIT);
+                self.timers.push(Reverse((deadline, Timer::KillAfterGrace(entry.serial))));
+            }
+            None => entry.signal(Signal::KILL),
+        }
+        RunningResult { running: true }
+    }
+
+    /// `process/signal`.
+    pub(crate) fn signal(&mut self, params: SignalParams) -> Result<RunningResult, ErrorObject> {
+        let signal = Signal::parse(&params.signal).map_err(ErrorObject::invalid_params)?;
+        let entry = self.get(&params.process_id)?;
+        if entry.exit.is_some() {
+            return Ok(RunningResult { running: false });
+        }
+        entry.signal(signal);
+        Ok(RunningResult { running: true })
+    }
+
+    /// `process/resize`.
+    pub(crate) fn resize(&mut self, params: ResizeParams) -> Result<(), ErrorObject> {
+        let entry = self.get(&params.process_id)?;
+        entry.resize(params.rows, params.cols).map_err(|error| match error {
+            entry::ResizeError::NotTty => {
+                ErrorObject::invalid_request(format!("process {} is not a tty", params.process_id))
+            }
+            entry::ResizeError::Io(error) => ErrorObject::internal(format!(
+                "failed to resize the terminal of process {}: {error}",
+                params.process_id
+            )),
+        })
+    }
+
+    /// `process/list`, ordered by id.
+    pub(crate) fn list(&self) -> ListResult {
+        let mut processes: Vec<_> = self.entries.values().map(Entry::info).collect();
+        processes.sort_by(|a, b| a.process_id.cmp(&b.process_id));
+        ListResult { processes }
+    }
+
+    /// Applies one event from a process task.
+    pub(crate) fn on_event(&mut self, event: ProcEvent, now: Instant, out: &mut Vec<Message>) {
+        let serial = match &event {
+            ProcEvent::Output { serial, .. }
+            | ProcEvent::StreamEnd { serial }
+            | ProcEvent::Exited { serial, .. } => *serial,
+        };
+        let Some(id) = self.ids.get(&serial).cloned() else { return };
+        let Some(entry) = self.entries.get_mut(&id) else { return };
+        match event {
+            ProcEvent::Output { stream, bytes, .. } => {
+                out.push(entry.push_output(stream, bytes));
+                self.wake(serial, out);
+            }
+            ProcEvent::StreamEnd { .. } => {
+                entry.open_streams = entry.open_streams.saturating_sub(1);
+                self.settle(&id, out);
+            }
+            ProcEvent::Exited { exit, .. } => {
+                let exit = exit.unwrap_or_else(|error| {
+                    tracing::error!(%id, %error, "waiting for the process failed");
+                    signal::ExitInfo::exited(-1)
+                });
+                tracing::debug!(%id, code = exit.code, signal = ?exit.signal, "exited");
+                entry.exit = Some(exit);
+                entry.stdin = None;
+                if entry.open_streams > 0 {
+                    self.timers.push(Reverse((now + EXIT_DRAIN, Timer::ExitDrain(serial))));
+                }
+                self.timers.push(Reverse((now + RESERVATION, Timer::Forget(serial))));
+                self.settle(&id, out);
+            }
+        }
+    }
+
+    /// When the next timer is due.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.timers.peek().map(|Reverse((at, _))| *at)
+    }
+
+    /// Fires every timer due at `now`.
+    pub(crate) fn on_timers(&mut self, now: Instant, out: &mut Vec<Message>) {
+        while let Some(Reverse((at, timer))) = self.timers.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            match timer {
+                Timer::ReadDeadline(wait_id) => {
+                    if let Some(parked) = self.parked.remove(&wait_id) {
+                        self.answer(parked, out);
+                    }
+                }
+                Timer::ExitDrain(serial) => {
+                    if let Some(id) = self.ids.get(&serial).cloned() {
+                        if let Some(entry) = self.entries.get_mut(&id) {
+                            entry.drain_expired = true;
+                        }
+                        self.settle(&id, out);
+                    }
+                }
+                Timer::KillAfterGrace(serial) => {
+                    if let Some(entry) = self.entry_by_serial(serial) {
+                        if entry.exit.is_none() {
+                            entry.signal(Signal::KILL);
+                        }
+                    }
+                }
+                Timer::Forget(serial) => {
+                    if let Some(id) = self.ids.get(&serial).cloned() {
+                        if let Some(entry) = self.entries.get_mut(&id) {
+                            entry.forget_when_closed = true;
+                        }
+                        self.settle(&id, out);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Kills every process group (connection end).
+    pub(crate) fn kill_all(&mut self) {
+        for entry in self.entries.values() {
+            entry.signal(Signal::KILL);
+        }
+    }
+
+    /// No process is running or has undelivered notifications.
+    pub(crate) fn is_settled(&self) -> bool {
+        self.entries.values().all(|e| e.exit_reported && e.closed_reported)
+    }
+
+    /// Answers every parked read with what there is now.
+    pub(crate) fn answer_all_parked(&mut self, out: &mut Vec<Message>) {
+        for (_, parked) in std::mem::take(&mut self.parked) {
+            self.answer(parked, out);
+        }
+    }
+
+    /// Checks that `cwd` is a usable starting directory name.
+    pub(crate) fn check_cwd(cwd: &Path) -> Result<(), ErrorObject> {
+        if cwd.is_absolute() {
+            Ok(())
+        } else {
+            Err(ErrorObject::invalid_params(format!("cwd must be absolute: {}", cwd.display())))
+        }
+    }
+
+    fn get(&self, id: &str) -> Result<&Entry, ErrorObject> {
+        self.entries.get(id).ok_or_else(|| unknown(id))
+    }
+
+    fn get_mut(&mut self, id: &str) -> Result<&mut Entry, ErrorObject> {
+        self.entries.get_mut(id).ok_or_else(|| unknown(id))
+    }
+
+    fn entry_by_serial(&self, serial: u64) -> Option<&Entry> {
+        self.ids.get(&serial).and_then(|id| self.entries.get(id))
+    }
+
+    /// Sends `process/exited` and `process/closed` when due; forgets the entry when done.
+    fn settle(&mut self, id: &str, out: &mut Vec<Message>) {
+        let Some(entry) = self.entries.get_mut(id) else { return };
+        let mut woke = false;
+        if let Some(exit) = entry.exit.clone() {
+            if !entry.exit_reported && (entry.open_streams == 0 || entry.drain_expired) {
+                out.push(entry.report_exit(&exit));
+                woke = true;
+            }
+        }
+        if entry.exit_reported && entry.open_streams == 0 && !entry.closed_reported {
+            out.push(entry.report_closed());
+        }
+        let serial = entry.serial;
+        let forget = entry.forget_when_closed && entry.closed_reported;
+        if woke {
+            self.wake(serial, out);
+        }
+        if forget {
+            tracing::debug!(%id, "forgotten");
+            self.ids.remove(&serial);
+            self.entries.remove(id);
+        }
+    }
+
+    /// Answers the parked reads of `serial` that now have something to return.
+    fn wake(&mut self, serial: u64, out: &mut Vec<Message>) {
+        let ready: Vec<u64> = self
+            .parked
+            .iter()
+            .filter(|(_, p)| p.serial == serial)
+            .filter(|(_, p)| {
+                self.entry_by_serial(serial).is_some_and(|e| {
+                    e.exit_reported || e.output.has_after(p.params.after_seq.unwrap_or(0))
+                })
+            })
+            .map(|(wait_id, _)| *wait_id)
+            .collect();
+        for wait_id in ready {
+            if let Some(parked) = self.parked.remove(&wait_id) {
+                self.answer(parked, out);
+            }
+        }
+    }
+
+    fn answer(&self, parked: ParkedRead, out: &mut Vec<Message>) {
+        let result = self
+            .entry_by_serial(parked.serial)
+            .map(|entry| entry.read(&parked.params))
+            .ok_or_else(|| unknown(&parked.params.process_id));
+        out.push(Message::response::<ProcessRead>(parked.request, result));
+    }
+}
+
+fn unknown(id: &str) -> ErrorObject {
+    ErrorObject::invalid_request(format!("unknown process id {id}"))
+}

@@ -1,0 +1,176 @@
+//! One process of the table: its handles, output log and lifecycle flags.
+
+use portable_pty::{MasterPty, PtySize};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use super::output::OutputLog;
+use super::pumps::{self, ProcEvent, StdinOp};
+use super::signal::{signal_group, ExitInfo, Signal};
+use super::spawn::{self, SpawnRequest};
+use crate::protocol::{
+    ClosedParams, ExitedParams, Message, OutputParams, ProcessClosed, ProcessExited, ProcessInfo,
+    ProcessOutput, ReadParams, ReadResult, StartParams, Stream,
+};
+
+/// Why a resize failed.
+pub(crate) enum ResizeError {
+    NotTty,
+    Io(std::io::Error),
+}
+
+/// A started process. Dropping it kills its process group and reaps it.
+pub(crate) struct Entry {
+    pub(crate) serial: u64,
+    pub(crate) id: String,
+    pub(crate) argv: Vec<String>,
+    pub(crate) tty: bool,
+    pub(crate) pid: u32,
+    pub(crate) output: OutputLog,
+    /// Exit as observed; `None` while running.
+    pub(crate) exit: Option<ExitInfo>,
+    pub(crate) exit_reported: bool,
+    /// Seq of the last chunk sent before `process/exited`.
+    exit_seq: u64,
+    pub(crate) open_streams: u8,
+    pub(crate) drain_expired: bool,
+    pub(crate) closed_reported: bool,
+    pub(crate) forget_when_closed: bool,
+    pub(crate) stdin: Option<mpsc::Sender<StdinOp>>,
+    master: Option<Box<dyn MasterPty + Send>>,
+    tasks: JoinSet<()>,
+}
+
+impl Entry {
+    /// Spawns the process and starts its tasks.
+    pub(crate) fn start(
+        serial: u64,
+        params: &StartParams,
+        events: &mpsc::Sender<ProcEvent>,
+        retained_bytes: usize,
+    ) -> std::io::Result<Entry> {
+        let request = SpawnRequest {
+            argv: &params.argv,
+            arg0: params.arg0.as_deref(),
+            cwd: &params.cwd,
+            env: &params.env,
+            tty: params.tty.then(|| params.size.unwrap_or_default()),
+            pipe_stdin: params.pipe_stdin,
+        };
+        let spawned = spawn::spawn(&request)?;
+        let pid = spawned.pid;
+        let mut tasks = JoinSet::new();
+        let handles = match pumps::start(serial, pid, spawned.pidfd, spawned.io, events, &mut tasks)
+        {
+            Ok(handles) => handles,
+            Err(error) => {
+                let _ = signal_group(pid, Signal::KILL);
+                spawn::reap_blocking(pid);
+                return Err(error);
+            }
+        };
+        Ok(Entry {
+            serial,
+            id: params.process_id.clone(),
+            argv: params.argv.clone(),
+            tty: params.tty,
+            pid,
+            output: OutputLog::new(retained_bytes),
+            exit: None,
+            exit_reported: false,
+            exit_seq: 0,
+            open_streams: handles.open_streams,
+            drain_expired: false,
+            closed_reported: false,
+            forget_when_closed: false,
+            stdin: handles.stdin,
+            master: handles.master,
+            tasks,
+        })
+    }
+
+    /// Sends `signal` to the process group; failures are logged.
+    pub(crate) fn signal(&self, signal: Signal) {
+        if let Err(error) = signal_group(self.pid, signal) {
+            tracing::warn!(id = %self.id, pid = self.pid, %error, "signalling the process group failed");
+        }
+    }
+
+    pub(crate) fn resize(&self, rows: u16, cols: u16) -> Result<(), ResizeError> {
+        let master = self.master.as_ref().ok_or(ResizeError::NotTty)?;
+        master
+            .resize(PtySize { rows, cols, pixel_width: 0, pixel_height: 0 })
+            .map_err(|e| ResizeError::Io(std::io::Error::other(e)))
+    }
+
+    /// Records a chunk and returns its `process/output` notification.
+    pub(crate) fn push_output(&mut self, stream: Stream, bytes: Vec<u8>) -> Message {
+        let chunk = crate::protocol::Base64(bytes);
+        let seq = self.output.push(stream, chunk.0.clone());
+        Message::notification::<ProcessOutput>(OutputParams {
+            process_id: self.id.clone(),
+            seq,
+            stream,
+            chunk,
+        })
+    }
+
+    pub(crate) fn report_exit(&mut self, exit: &ExitInfo) -> Message {
+        self.exit_reported = true;
+        self.exit_seq = self.output.last_seq();
+        Message::notification::<ProcessExited>(ExitedParams {
+            process_id: self.id.clone(),
+            seq: self.exit_seq,
+            exit_code: exit.code,
+            signal: exit.signal.clone(),
+        })
+    }
+
+    pub(crate) fn report_closed(&mut self) -> Message {
+        self.closed_reported = true;
+        Message::notification::<ProcessClosed>(ClosedParams {
+            process_id: self.id.clone(),
+            seq: self.output.last_seq(),
+        })
+    }
+
+    /// A `process/read` result. `exited` is true only once `process/exited` was
+    /// sent and this page reaches the last chunk sent before it.
+    pub(crate) fn read(&self, params: &ReadParams) -> ReadResult {
+        let page = self.output.read(params.after_seq.unwrap_or(0), params.max_bytes);
+        let exit = self.exit.as_ref().filter(|_| self.exit_reported);
+        let exited = exit.is_some() && page.next_seq > self.exit_seq;
+        ReadResult {
+            chunks: page.chunks,
+            next_seq: page.next_seq,
+            exited,
+            exit_code: exit.filter(|_| exited).map(|e| e.code),
+            signal: exit.filter(|_| exited).and_then(|e| e.signal.clone()),
+        }
+    }
+
+    pub(crate) fn info(&self) -> ProcessInfo {
+        ProcessInfo {
+            process_id: self.id.clone(),
+            argv: self.argv.clone(),
+            tty: self.tty,
+            pid: self.pid,
+            running: self.exit.is_none(),
+            exit_code: self.exit.as_ref().map(|e| e.code),
+            signal: self.exit.as_ref().and_then(|e| e.signal.clone()),
+        }
+    }
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        // The leader is unreaped until here, so its pid still names our group.
+        let _ = signal_group(self.pid, Signal::KILL);
+        self.tasks.abort_all();
+        self.stdin = None;
+        if !spawn::reap(self.pid) {
+            spawn::reap_blocking(self.pid);
+        }
+        drop(self.master.take());
+    }
+}

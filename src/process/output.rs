@@ -1,0 +1,146 @@
+//! Retained output of one process: numbered chunks, the newest `limit` bytes kept.
+
+use std::collections::VecDeque;
+
+use crate::protocol::{Base64, Chunk, Stream};
+
+/// Default retention per process: 1 MiB.
+pub(crate) const RETAINED_BYTES: usize = 1024 * 1024;
+
+#[derive(Debug)]
+struct Stored {
+    seq: u64,
+    stream: Stream,
+    bytes: Vec<u8>,
+}
+
+/// The chunks of one process, numbered from 1, stdout and stderr sharing one sequence.
+#[derive(Debug)]
+pub(crate) struct OutputLog {
+    chunks: VecDeque<Stored>,
+    bytes: usize,
+    limit: usize,
+    last_seq: u64,
+}
+
+/// One page of a read.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Page {
+    pub(crate) chunks: Vec<Chunk>,
+    pub(crate) next_seq: u64,
+}
+
+impl OutputLog {
+    pub(crate) fn new(limit: usize) -> OutputLog {
+        OutputLog { chunks: VecDeque::new(), bytes: 0, limit, last_seq: 0 }
+    }
+
+    /// Seq of the newest chunk, 0 when none.
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    /// Appends a chunk, drops the oldest ones beyond the limit, and returns its seq.
+    pub(crate) fn push(&mut self, stream: Stream, bytes: Vec<u8>) -> u64 {
+        self.last_seq += 1;
+        self.bytes += bytes.len();
+        self.chunks.push_back(Stored { seq: self.last_seq, stream, bytes });
+        while self.bytes > self.limit && self.chunks.len() > 1 {
+            if let Some(old) = self.chunks.pop_front() {
+                self.bytes -= old.bytes.len();
+            }
+        }
+        self.last_seq
+    }
+
+    /// Whether a read after `after_seq` would return anything.
+    pub(crate) fn has_after(&self, after_seq: u64) -> bool {
+        self.last_seq > after_seq && !self.chunks.is_empty()
+    }
+
+    /// Retained chunks with `seq > after_seq`, within `max_bytes` (the first always).
+    pub(crate) fn read(&self, after_seq: u64, max_bytes: Option<u64>) -> Page {
+        let start = self.chunks.partition_point(|c| c.seq <= after_seq);
+        let mut chunks = Vec::new();
+        let mut total: u64 = 0;
+        for stored in self.chunks.iter().skip(start) {
+            let size = stored.bytes.len() as u64;
+            if let Some(max) = max_bytes {
+                if !chunks.is_empty() && total + size > max {
+                    break;
+                }
+            }
+            total += size;
+            chunks.push(Chunk {
+                seq: stored.seq,
+                stream: stored.stream,
+                chunk: Base64(stored.bytes.clone()),
+            });
+        }
+        let next_seq = chunks.last().map_or(self.last_seq + 1, |c| c.seq + 1);
+        Page { chunks, next_seq }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log_of(sizes: &[usize], limit: usize) -> OutputLog {
+        let mut log = OutputLog::new(limit);
+        for (i, &size) in sizes.iter().enumerate() {
+            let stream = if i % 2 == 0 { Stream::Stdout } else { Stream::Stderr };
+            log.push(stream, vec![b'a' + i as u8; size]);
+        }
+        log
+    }
+
+    fn seqs(page: &Page) -> Vec<u64> {
+        page.chunks.iter().map(|c| c.seq).collect()
+    }
+
+    #[test]
+    fn reads_everything_after_a_seq() {
+        let log = log_of(&[1, 2, 3], 100);
+        let page = log.read(1, None);
+        assert_eq!(seqs(&page), vec![2, 3]);
+        assert_eq!(page.next_seq, 4);
+        assert_eq!(page.chunks[0].stream, Stream::Stderr);
+        assert_eq!(page.chunks[0].chunk, Base64(b"bb".to_vec()));
+    }
+
+    #[test]
+    fn empty_read_reports_the_next_seq() {
+        let log = log_of(&[1, 2], 100);
+        assert_eq!(log.read(2, None), Page { chunks: vec![], next_seq: 3 });
+        assert_eq!(OutputLog::new(10).read(0, None), Page { chunks: vec![], next_seq: 1 });
+    }
+
+    #[test]
+    fn max_bytes_pages_without_skipping() {
+        let log = log_of(&[4, 4, 4, 10, 1], 100);
+        let mut after = 0;
+        let mut pages = Vec::new();
+        loop {
+            let page = log.read(after, Some(8));
+            if page.chunks.is_empty() {
+                break;
+            }
+            pages.push(seqs(&page));
+            after = page.next_seq - 1;
+        }
+        // The 10-byte chunk exceeds the budget alone but is still returned first.
+        assert_eq!(pages, vec![vec![1, 2], vec![3], vec![4], vec![5]]);
+    }
+
+    #[test]
+    fn retention_drops_the_oldest_chunks() {
+        let log = log_of(&[4, 4, 4], 8);
+        let page = log.read(0, None);
+        assert_eq!(seqs(&page), vec![2, 3]);
+        assert_eq!(page.next_seq, 4);
+        assert_eq!(log.last_seq(), 3);
+        assert!(log.has_after(2));
+        assert!(!log.has_after(3));
+    }
+}

@@ -1,0 +1,442 @@
+//! Wire envelope of exec-server.v0: ids, messages, error objects and byte payloads (no IO).
+
+mod methods;
+
+use std::fmt;
+
+use base64::Engine as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+pub use methods::*;
+
+/// The protocol version this server speaks (`initialize` result).
+pub const PROTOCOL_VERSION: &str = "exec-server.v0";
+
+/// JSON-RPC error codes used by the protocol.
+pub mod codes {
+    /// Malformed message, lifecycle violation or a refused request.
+    pub const INVALID_REQUEST: i64 = -32600;
+    /// The method does not exist.
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// The params did not decode.
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// The server failed while carrying out the request (I/O, spawn).
+    pub const INTERNAL_ERROR: i64 = -32603;
+}
+
+/// A request id: an integer or a string, as the client chose it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RequestId(IdRepr);
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+enum IdRepr {
+    Int(i64),
+    Str(String),
+}
+
+impl From<i64> for RequestId {
+    fn from(id: i64) -> RequestId {
+        RequestId(IdRepr::Int(id))
+    }
+}
+
+impl From<String> for RequestId {
+    fn from(id: String) -> RequestId {
+        RequestId(IdRepr::Str(id))
+    }
+}
+
+impl From<&str> for RequestId {
+    fn from(id: &str) -> RequestId {
+        RequestId(IdRepr::Str(id.to_owned()))
+    }
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            IdRepr::Int(id) => write!(f, "{id}"),
+            IdRepr::Str(id) => write!(f, "{id:?}"),
+        }
+    }
+}
+
+/// The `error` member of an error response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message} (code {code})")]
+pub struct ErrorObject {
+    /// JSON-RPC error code, see [`codes`].
+    pub code: i64,
+    /// Human-readable message naming what was wrong.
+    pub message: String,
+    /// Structured detail, such as `{"kind", "path"}` for I/O errors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+impl ErrorObject {
+    /// An error with `code` and `message` and no data.
+    pub fn new(code: i64, message: impl Into<String>) -> ErrorObject {
+        ErrorObject { code, message: message.into(), data: None }
+    }
+
+    /// -32600: a request the server refuses.
+    pub fn invalid_request(message: impl Into<String>) -> ErrorObject {
+        ErrorObject::new(codes::INVALID_REQUEST, message)
+    }
+
+    /// -32602: params that do not decode or make no sense.
+    pub fn invalid_params(message: impl Into<String>) -> ErrorObject {
+        ErrorObject::new(codes::INVALID_PARAMS, message)
+    }
+
+    /// -32603: the server failed to carry out the request.
+    pub fn internal(message: impl Into<String>) -> ErrorObject {
+        ErrorObject::new(codes::INTERNAL_ERROR, message)
+    }
+
+    /// The same error with `data` attached.
+    pub fn with_data(mut self, data: Value) -> ErrorObject {
+        self.data = Some(data);
+        self
+    }
+}
+
+/// A request: a method call that expects a response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// Id echoed in the response.
+    pub id: RequestId,
+    /// Method name such as `process/start`.
+    pub method: String,
+    /// Params, `Value::Null` when absent.
+    pub params: Value,
+}
+
+/// A notification: a message without id that expects no response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notification {
+    /// Notification name such as `process/output`.
+    pub method: String,
+    /// Params, `Value::Null` when absent.
+    pub params: Value,
+}
+
+/// A response: the result or error of a request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Response {
+    /// The id of the request answered.
+    pub id: RequestId,
+    /// `result` on success, `error` on failure.
+    pub result: Result<Value, ErrorObject>,
+}
+
+/// Any message of the protocol, in either direction.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    /// A method call.
+    Request(Request),
+    /// A response to a method call.
+    Response(Response),
+    /// A one-way message.
+    Notification(Notification),
+}
+
+/// Why a line is not a protocol message. The display text is sent to the peer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// The bytes are not UTF-8.
+    #[error("failed to parse JSON-RPC message: invalid UTF-8 at byte {0}")]
+    Utf8(usize),
+    /// The text is not JSON.
+    #[error("failed to parse JSON-RPC message: {0}")]
+    Json(String),
+    /// The JSON is not an object.
+    #[error("failed to parse JSON-RPC message: expected a JSON object, got {0}")]
+    NotObject(&'static str),
+    /// The object has no usable `method`, `result` or `error`.
+    #[error("failed to parse JSON-RPC message: {0}")]
+    Shape(String),
+    /// The `id` is neither an integer nor a string.
+    #[error("failed to parse JSON-RPC message: id must be an integer or a string, got {0}")]
+    BadId(String),
+}
+
+impl Message {
+    /// Decodes one line (without its newline) into a message.
+    pub fn decode(line: &[u8]) -> Result<Message, DecodeError> {
+        let text = std::str::from_utf8(line).map_err(|e| DecodeError::Utf8(e.valid_up_to()))?;
+        let value: Value =
+            serde_json::from_str(text).map_err(|e| DecodeError::Json(e.to_string()))?;
+        let Value::Object(mut object) = value else {
+            return Err(DecodeError::NotObject(json_kind(&value)));
+        };
+        let id = match object.remove("id") {
+            None => None,
+            Some(raw) => Some(decode_id(raw)?),
+        };
+        let params = object.remove("params").unwrap_or(Value::Null);
+        if let Some(method) = object.remove("method") {
+            let Value::String(method) = method else {
+                return Err(DecodeError::Shape(format!(
+                    "method must be a string, got {}",
+                    json_kind(&method)
+                )));
+            };
+            return Ok(match id {
+                Some(id) => Message::Request(Request { id, method, params }),
+                None => Message::Notification(Notification { method, params }),
+            });
+        }
+        let result = match (object.remove("result"), object.remove("error")) {
+            (Some(result), None) => Ok(result),
+            (None, Some(error)) => Err(serde_json::from_value::<ErrorObject>(error)
+                .map_err(|e| DecodeError::Shape(format!("invalid error object: {e}")))?),
+            (Some(_), Some(_)) => {
+                return Err(DecodeError::Shape("a response has both result and error".into()))
+            }
+            (None, None) => {
+                return Err(DecodeError::Shape(
+                    "a message needs a method, a result or an error".into(),
+                ))
+            }
+        };
+        let id = id.ok_or_else(|| DecodeError::Shape("a response needs an id".into()))?;
+        Ok(Message::Response(Response { id, result }))
+    }
+
+    /// The response of method `M` to request `id`.
+    pub fn response<M: Method>(id: RequestId, result: Result<M::Result, ErrorObject>) -> Message {
+        let result = result.and_then(|value| {
+            serde_json::to_value(value)
+                .map_err(|e| ErrorObject::internal(format!("failed to encode the result: {e}")))
+        });
+        Message::Response(Response { id, result })
+    }
+
+    /// Notification `N` with `params`.
+    pub fn notification<N: NotificationMethod>(params: N::Params) -> Message {
+        let params = serde_json::to_value(params).unwrap_or(Value::Null);
+        Message::Notification(Notification { method: N::NAME.to_owned(), params })
+    }
+
+    /// Request `M` with `id` and `params`.
+    pub fn request<M: Method>(id: RequestId, params: &M::Params) -> Message {
+        let params = serde_json::to_value(params).unwrap_or(Value::Null);
+        Message::Request(Request { id, method: M::NAME.to_owned(), params })
+    }
+
+    /// Encodes the message as one line of JSON, without the newline.
+    pub fn encode(&self) -> String {
+        let wire = match self {
+            Message::Request(r) => Wire {
+                id: Some(&r.id),
+                method: Some(&r.method),
+                params: params(&r.params),
+                ..Wire::default()
+            },
+            Message::Notification(n) => {
+                Wire { method: Some(&n.method), params: params(&n.params), ..Wire::default() }
+            }
+            Message::Response(r) => Wire {
+                id: Some(&r.id),
+                result: r.result.as_ref().ok(),
+                error: r.result.as_ref().err(),
+                ..Wire::default()
+            },
+        };
+        serde_json::to_string(&wire).expect("a message of JSON values always serializes")
+    }
+}
+
+fn params(value: &Value) -> Option<&Value> {
+    (!value.is_null()).then_some(value)
+}
+
+#[derive(Default, Serialize)]
+struct Wire<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a RequestId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    method: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    params: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a ErrorObject>,
+}
+
+/// Bytes carried on the wire as a base64 string.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Base64(pub Vec<u8>);
+
+impl Base64 {
+    /// Decodes standard base64 text.
+    pub fn decode(text: &str) -> Result<Base64, base64::DecodeError> {
+        base64::engine::general_purpose::STANDARD.decode(text).map(Base64)
+    }
+
+    /// Encodes the bytes as standard base64 text.
+    pub fn encode(&self) -> String {
+        base64::engine::general_purpose::STANDARD.encode(&self.0)
+    }
+}
+
+impl fmt::Debug for Base64 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Base64({:?})", String::from_utf8_lossy(&self.0))
+    }
+}
+
+impl Serialize for Base64 {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.encode())
+    }
+}
+
+impl<'de> Deserialize<'de> for Base64 {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Base64, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        Base64::decode(&text).map_err(|e| serde::de::Error::custom(format!("invalid base64: {e}")))
+    }
+}
+
+fn decode_id(raw: Value) -> Result<RequestId, DecodeError> {
+    match raw {
+        Value::Number(n) => n
+            .as_i64()
+            .map(RequestId::from)
+            .ok_or_else(|| DecodeError::BadId(format!("the number {n}"))),
+        Value::String(s) => Ok(RequestId::from(s)),
+        other => Err(DecodeError::BadId(json_kind(&other).to_owned())),
+    }
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn decode_err(line: &str) -> String {
+        Message::decode(line.as_bytes()).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn request_round_trips_exactly() {
+        let line = r#"{"id":1,"method":"initialize","params":{"clientName":"t"}}"#;
+        let message = Message::decode(line.as_bytes()).unwrap();
+        assert_eq!(
+            message,
+            Message::Request(Request {
+                id: 1.into(),
+                method: "initialize".into(),
+                params: json!({"clientName": "t"}),
+            })
+        );
+        assert_eq!(message.encode(), line);
+    }
+
+    #[test]
+    fn jsonrpc_member_is_optional_and_string_ids_work() {
+        let line = r#"{"jsonrpc":"2.0","id":"a","method":"process/list"}"#;
+        let message = Message::decode(line.as_bytes()).unwrap();
+        assert_eq!(message.encode(), r#"{"id":"a","method":"process/list"}"#);
+    }
+
+    #[test]
+    fn notification_without_params() {
+        let message = Message::decode(br#"{"method":"initialized"}"#).unwrap();
+        assert_eq!(
+            message,
+            Message::Notification(Notification {
+                method: "initialized".into(),
+                params: Value::Null
+            })
+        );
+        assert_eq!(message.encode(), r#"{"method":"initialized"}"#);
+    }
+
+    #[test]
+    fn responses_encode_result_and_error() {
+        let ok = Message::Response(Response { id: 3.into(), result: Ok(json!({})) });
+        assert_eq!(ok.encode(), r#"{"id":3,"result":{}}"#);
+        let err = Message::Response(Response {
+            id: (-1).into(),
+            result: Err(ErrorObject::invalid_request("bad")),
+        });
+        assert_eq!(err.encode(), r#"{"id":-1,"error":{"code":-32600,"message":"bad"}}"#);
+        let decoded = Message::decode(err.encode().as_bytes()).unwrap();
+        assert_eq!(decoded, err);
+    }
+
+    #[test]
+    fn error_data_is_kept() {
+        let error = ErrorObject::internal("x").with_data(json!({"kind": "notFound"}));
+        let line = Message::Response(Response { id: 1.into(), result: Err(error) }).encode();
+        assert_eq!(
+            line,
+            r#"{"id":1,"error":{"code":-32603,"message":"x","data":{"kind":"notFound"}}}"#
+        );
+    }
+
+    #[test]
+    fn malformed_lines_name_the_problem() {
+        assert_eq!(
+            decode_err("not json"),
+            "failed to parse JSON-RPC message: expected ident at line 1 column 2"
+        );
+        assert_eq!(
+            decode_err("[1,2]"),
+            "failed to parse JSON-RPC message: expected a JSON object, got an array"
+        );
+        assert_eq!(
+            decode_err("42"),
+            "failed to parse JSON-RPC message: expected a JSON object, got a number"
+        );
+        assert_eq!(
+            decode_err(r#"{"id":null,"method":"x"}"#),
+            "failed to parse JSON-RPC message: id must be an integer or a string, got null"
+        );
+        assert_eq!(
+            decode_err(r#"{"id":1.5,"method":"x"}"#),
+            "failed to parse JSON-RPC message: id must be an integer or a string, got the number 1.5"
+        );
+        assert_eq!(
+            decode_err(r#"{"id":1,"method":7}"#),
+            "failed to parse JSON-RPC message: method must be a string, got a number"
+        );
+        assert_eq!(
+            decode_err(r#"{"id":1}"#),
+            "failed to parse JSON-RPC message: a message needs a method, a result or an error"
+        );
+        assert_eq!(
+            Message::decode(b"{\"id\":1,\"method\":\"\xff\"}").unwrap_err().to_string(),
+            "failed to parse JSON-RPC message: invalid UTF-8 at byte 18"
+        );
+    }
+
+    #[test]
+    fn base64_round_trips() {
+        let bytes = Base64(b"hi".to_vec());
+        assert_eq!(serde_json::to_string(&bytes).unwrap(), r#""aGk=""#);
+        let back: Base64 = serde_json::from_str(r#""aGk=""#).unwrap();
+        assert_eq!(back, bytes);
+        let err = serde_json::from_str::<Base64>(r#""@@""#).unwrap_err().to_string();
+        assert!(err.starts_with("invalid base64: Invalid symbol 64, offset 0."), "{err}");
+    }
+}

@@ -1,0 +1,535 @@
+//! One marker type per method and notification, with its params and result types.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::Base64;
+
+/// A request method: its wire name and the types of its params and result.
+pub trait Method {
+    /// The wire name, such as `process/start`.
+    const NAME: &'static str;
+    /// The `params` member.
+    type Params: Serialize + DeserializeOwned + Send + 'static;
+    /// The `result` member.
+    type Result: Serialize + DeserializeOwned + Send + 'static;
+}
+
+/// A notification: its wire name and the type of its params.
+pub trait NotificationMethod {
+    /// The wire name, such as `process/output`.
+    const NAME: &'static str;
+    /// The `params` member.
+    type Params: Serialize + DeserializeOwned + Send + 'static;
+}
+
+macro_rules! methods {
+    ($($(#[$doc:meta])* $marker:ident = $name:literal ($params:ty) -> $result:ty;)*) => {
+        $(
+            $(#[$doc])*
+            #[derive(Debug)]
+            pub enum $marker {}
+            impl Method for $marker {
+                const NAME: &'static str = $name;
+                type Params = $params;
+                type Result = $result;
+            }
+        )*
+        /// Every request method, in the order `initialize` lists them.
+        pub const METHODS: &[&str] = &[$($name),*];
+    };
+}
+
+macro_rules! notifications {
+    ($($(#[$doc:meta])* $marker:ident = $name:literal ($params:ty);)*) => {
+        $(
+            $(#[$doc])*
+            #[derive(Debug)]
+            pub enum $marker {}
+            impl NotificationMethod for $marker {
+                const NAME: &'static str = $name;
+                type Params = $params;
+            }
+        )*
+    };
+}
+
+methods! {
+    /// `initialize`: the first request of a connection.
+    Initialize = "initialize" (InitializeParams) -> InitializeResult;
+    /// `process/start`: spawn a process.
+    ProcessStart = "process/start" (StartParams) -> StartResult;
+    /// `process/read`: read retained output by sequence number.
+    ProcessRead = "process/read" (ReadParams) -> ReadResult;
+    /// `process/write`: write to a process's stdin or terminal.
+    ProcessWrite = "process/write" (WriteParams) -> WriteResult;
+    /// `process/terminate`: kill a process group.
+    ProcessTerminate = "process/terminate" (TerminateParams) -> RunningResult;
+    /// `process/signal`: send a signal to a process group.
+    ProcessSignal = "process/signal" (SignalParams) -> RunningResult;
+    /// `process/resize`: change a terminal's size.
+    ProcessResize = "process/resize" (ResizeParams) -> Empty;
+    /// `process/list`: every process the connection knows.
+    ProcessList = "process/list" (Empty) -> ListResult;
+    /// `fs/readFile`: read a file, whole or a byte range.
+    ReadFile = "fs/readFile" (ReadFileParams) -> ReadFileResult;
+    /// `fs/writeFile`: write or append to a file.
+    WriteFile = "fs/writeFile" (WriteFileParams) -> Empty;
+    /// `fs/createDirectory`: create a directory.
+    CreateDirectory = "fs/createDirectory" (CreateDirectoryParams) -> Empty;
+    /// `fs/getMetadata`: stat a path.
+    GetMetadata = "fs/getMetadata" (PathParams) -> Metadata;
+    /// `fs/readDirectory`: list a directory.
+    ReadDirectory = "fs/readDirectory" (PathParams) -> ReadDirectoryResult;
+    /// `fs/remove`: remove a file or directory.
+    Remove = "fs/remove" (RemoveParams) -> Empty;
+    /// `fs/copy`: copy a file, symlink or directory tree.
+    Copy = "fs/copy" (CopyParams) -> Empty;
+    /// `fs/rename`: rename a path.
+    Rename = "fs/rename" (RenameParams) -> Empty;
+}
+
+notifications! {
+    /// `initialized`: the client's second handshake step.
+    Initialized = "initialized" (Empty);
+    /// `process/output`: one chunk of output.
+    ProcessOutput = "process/output" (OutputParams);
+    /// `process/exited`: the process exited.
+    ProcessExited = "process/exited" (ExitedParams);
+    /// `process/closed`: every output stream reached end-of-file.
+    ProcessClosed = "process/closed" (ClosedParams);
+}
+
+/// Notification names the server sends, in the order `initialize` lists them.
+pub const NOTIFICATIONS: &[&str] = &["process/output", "process/exited", "process/closed"];
+
+/// An empty object, `{}`; also accepted as `null` or absent params.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Empty {}
+
+/// `initialize` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeParams {
+    /// Free-form client name, logged by the server.
+    pub client_name: String,
+}
+
+/// `initialize` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeResult {
+    /// Always `exec-server.v0`.
+    pub protocol_version: String,
+    /// Name and version of the server (absent on Part A-only servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_info: Option<ServerInfo>,
+    /// What the server supports beyond Part A (absent on Part A-only servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Capabilities>,
+}
+
+/// `serverInfo` of the `initialize` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerInfo {
+    /// `exec-server`.
+    pub name: String,
+    /// The crate version.
+    pub version: String,
+}
+
+/// `capabilities` of the `initialize` result.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// Request methods the server answers.
+    pub methods: Vec<String>,
+    /// Notifications the server sends.
+    pub notifications: Vec<String>,
+}
+
+/// Which stream an output chunk came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stream {
+    /// A pipe process's stdout.
+    Stdout,
+    /// A pipe process's stderr.
+    Stderr,
+    /// A tty process's terminal.
+    Pty,
+}
+
+/// `sandbox` of `process/start`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sandbox {
+    /// The requested mode.
+    pub mode: SandboxMode,
+}
+
+/// Sandbox modes a client may ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SandboxMode {
+    /// No sandbox (accepted).
+    None,
+    /// The host's default sandbox (refused: not supported).
+    HostDefault,
+}
+
+/// A terminal size in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TtySize {
+    /// Rows.
+    pub rows: u16,
+    /// Columns.
+    pub cols: u16,
+}
+
+impl Default for TtySize {
+    fn default() -> TtySize {
+        TtySize { rows: 24, cols: 80 }
+    }
+}
+
+/// `process/start` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartParams {
+    /// Client-chosen handle, unique on the connection.
+    pub process_id: String,
+    /// Program and arguments; no shell is involved.
+    pub argv: Vec<String>,
+    /// Absolute directory the child starts in.
+    pub cwd: PathBuf,
+    /// The child's complete environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Run under a pseudo-terminal.
+    #[serde(default)]
+    pub tty: bool,
+    /// Override of argv\[0\].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arg0: Option<String>,
+    /// Requested sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Sandbox>,
+    /// Give a pipe process a writable stdin (Part B).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pipe_stdin: bool,
+    /// Initial terminal size of a tty process (Part B; default 24x80).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<TtySize>,
+}
+
+/// `process/start` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartResult {
+    /// The id the client chose.
+    pub process_id: String,
+}
+
+/// `process/read` params.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadParams {
+    /// The process.
+    pub process_id: String,
+    /// Return chunks with a greater seq (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_seq: Option<u64>,
+    /// Byte budget of the returned chunks (the first chunk is always returned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<u64>,
+    /// Wait up to this long for output or exit when there is nothing to return.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+}
+
+/// One retained output chunk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Chunk {
+    /// Per-process sequence number, from 1.
+    pub seq: u64,
+    /// Stream it came from.
+    pub stream: Stream,
+    /// The bytes.
+    pub chunk: Base64,
+}
+
+/// `process/read` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadResult {
+    /// Chunks after `afterSeq`, in order.
+    pub chunks: Vec<Chunk>,
+    /// Continue with `afterSeq = nextSeq - 1`.
+    pub next_seq: u64,
+    /// The process has exited and `process/exited` was sent.
+    pub exited: bool,
+    /// Exit code once exited (128+N for signal N).
+    pub exit_code: Option<i32>,
+    /// Name of the killing signal, when a signal ended the process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
+}
+
+/// `process/write` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WriteParams {
+    /// The process.
+    pub process_id: String,
+    /// Bytes to write.
+    pub chunk: Base64,
+    /// Close the pipe stdin after the chunk (Part B; pipe processes only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub close_stdin: bool,
+}
+
+/// `process/write` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteResult {
+    /// Always true: the chunk was queued in order.
+    pub accepted: bool,
+}
+
+/// `process/terminate` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminateParams {
+    /// The process.
+    pub process_id: String,
+    /// SIGTERM first, SIGKILL after this many ms (Part B). Absent: SIGKILL at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_ms: Option<u64>,
+}
+
+/// Result of `process/terminate` and `process/signal`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunningResult {
+    /// The process was running when the signal was sent.
+    pub running: bool,
+}
+
+/// `process/signal` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SignalParams {
+    /// The process.
+    pub process_id: String,
+    /// A signal name such as `SIGINT`, or `interrupt`.
+    pub signal: String,
+}
+
+/// `process/resize` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResizeParams {
+    /// The process.
+    pub process_id: String,
+    /// Rows.
+    pub rows: u16,
+    /// Columns.
+    pub cols: u16,
+}
+
+/// `process/list` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListResult {
+    /// Every process the connection knows, ordered by id.
+    pub processes: Vec<ProcessInfo>,
+}
+
+/// One entry of `process/list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessInfo {
+    /// The client's id.
+    pub process_id: String,
+    /// The argv it was started with.
+    pub argv: Vec<String>,
+    /// Whether it runs under a terminal.
+    pub tty: bool,
+    /// OS pid (also its process group id).
+    pub pid: u32,
+    /// Not yet exited.
+    pub running: bool,
+    /// Exit code once exited.
+    pub exit_code: Option<i32>,
+    /// Name of the killing signal, if any.
+    pub signal: Option<String>,
+}
+
+/// `process/output` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputParams {
+    /// The process.
+    pub process_id: String,
+    /// The chunk's sequence number.
+    #[serde(default)]
+    pub seq: u64,
+    /// Stream it came from.
+    pub stream: Stream,
+    /// The bytes.
+    pub chunk: Base64,
+}
+
+/// `process/exited` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExitedParams {
+    /// The process.
+    pub process_id: String,
+    /// Seq of the last output chunk sent before this notification.
+    #[serde(default)]
+    pub seq: u64,
+    /// Exit code (128+N for signal N).
+    pub exit_code: i32,
+    /// Name of the killing signal, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
+}
+
+/// `process/closed` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClosedParams {
+    /// The process.
+    pub process_id: String,
+    /// Seq of the last output chunk sent before this notification.
+    pub seq: u64,
+}
+
+/// Params of methods that take only a path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathParams {
+    /// Absolute path.
+    pub path: PathBuf,
+}
+
+/// `fs/readFile` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadFileParams {
+    /// Absolute path.
+    pub path: PathBuf,
+    /// First byte to read (Part B; default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// Most bytes to read (Part B; default: to the end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub length: Option<u64>,
+}
+
+/// `fs/readFile` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadFileResult {
+    /// The bytes read.
+    pub data_base64: Base64,
+}
+
+/// `fs/writeFile` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WriteFileParams {
+    /// Absolute path.
+    pub path: PathBuf,
+    /// The bytes, base64 (decoded by the handler for its exact error message).
+    pub data_base64: String,
+    /// Append instead of truncating (Part B).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub append: bool,
+}
+
+/// `fs/createDirectory` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateDirectoryParams {
+    /// Absolute path.
+    pub path: PathBuf,
+    /// Create missing parents (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recursive: Option<bool>,
+}
+
+/// `fs/getMetadata` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Metadata {
+    /// A directory (after following symlinks).
+    pub is_directory: bool,
+    /// A regular file (after following symlinks).
+    pub is_file: bool,
+    /// Creation time, ms since the epoch, 0 when unknown.
+    pub created_at_ms: i64,
+    /// Modification time, ms since the epoch, 0 when unknown.
+    pub modified_at_ms: i64,
+    /// The path itself is a symlink (Part B).
+    #[serde(default)]
+    pub is_symlink: bool,
+    /// Size in bytes (Part B).
+    #[serde(default)]
+    pub size: u64,
+    /// No write permission bits are set (Part B).
+    #[serde(default)]
+    pub readonly: bool,
+}
+
+/// `fs/readDirectory` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadDirectoryResult {
+    /// Entries sorted by name.
+    pub entries: Vec<DirectoryEntry>,
+}
+
+/// One entry of `fs/readDirectory`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DirectoryEntry {
+    /// The entry's name.
+    pub file_name: String,
+    /// A directory (after following symlinks).
+    pub is_directory: bool,
+    /// A regular file (after following symlinks).
+    pub is_file: bool,
+}
+
+/// `fs/remove` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoveParams {
+    /// Absolute path.
+    pub path: PathBuf,
+    /// Remove directories with their contents (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recursive: Option<bool>,
+    /// A missing path is not an error (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force: Option<bool>,
+}
+
+/// `fs/copy` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyParams {
+    /// What to copy.
+    pub source_path: PathBuf,
+    /// Where to.
+    pub destination_path: PathBuf,
+    /// Required true for directories.
+    #[serde(default)]
+    pub recursive: bool,
+}
+
+/// `fs/rename` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RenameParams {
+    /// What to rename.
+    pub source_path: PathBuf,
+    /// The new path.
+    pub destination_path: PathBuf,
+}

@@ -1,0 +1,180 @@
+//! Newline-delimited framing: a reader task that owns the input and a writer task that owns the output.
+
+use std::io;
+
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// One unit read from the input.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Frame {
+    /// A non-blank line without its `\n` or `\r\n`.
+    Line(Vec<u8>),
+    /// A line longer than the limit; its bytes were discarded.
+    TooLong { limit: usize },
+}
+
+/// Reads the next frame; `Ok(None)` at end of input. Blank lines are skipped.
+/// A last line without `\n` still counts as a line.
+pub(crate) async fn read_frame<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    limit: usize,
+) -> io::Result<Option<Frame>> {
+    loop {
+        let mut line = Vec::new();
+        let mut too_long = false;
+        let mut saw_any = false;
+        loop {
+            let available = reader.fill_buf().await?;
+            if available.is_empty() {
+                if !saw_any {
+                    return Ok(None);
+                }
+                break;
+            }
+            saw_any = true;
+            let (taken, done) = match available.iter().position(|&b| b == b'\n') {
+                Some(at) => (at, true),
+                None => (available.len(), false),
+            };
+            if !too_long {
+                if line.len() + taken > limit {
+                    too_long = true;
+                    line = Vec::new();
+                } else {
+                    line.extend_from_slice(&available[..taken]);
+                }
+            }
+            reader.consume(if done { taken + 1 } else { taken });
+            if done {
+                break;
+            }
+        }
+        if too_long {
+            return Ok(Some(Frame::TooLong { limit }));
+        }
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        return Ok(Some(Frame::Line(line)));
+    }
+}
+
+/// Spawns the task that owns `reader` and feeds frames into a bounded channel.
+/// The channel closes at end of input; a read error is logged and ends it too.
+pub(crate) fn spawn_reader<R>(
+    mut reader: R,
+    limit: usize,
+) -> (mpsc::Receiver<Frame>, JoinHandle<()>)
+where
+    R: AsyncBufRead + Unpin + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(64);
+    let task = tokio::spawn(async move {
+        loop {
+            match read_frame(&mut reader, limit).await {
+                Ok(Some(frame)) => {
+                    if tx.send(frame).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(error) => {
+                    tracing::warn!(%error, "reading input failed; treating it as end of input");
+                    break;
+                }
+            }
+        }
+    });
+    (rx, task)
+}
+
+/// Spawns the task that owns `writer`: it writes each line with `\n` and
+/// flushes whenever its queue is empty, so no message waits in a buffer.
+/// It ends when every sender is dropped, after flushing.
+pub(crate) fn spawn_writer<W>(mut writer: W) -> (mpsc::Sender<String>, JoinHandle<io::Result<()>>)
+where
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (tx, mut rx) = mpsc::channel::<String>(256);
+    let task = tokio::spawn(async move {
+        while let Some(line) = rx.recv().await {
+            write_line(&mut writer, &line).await?;
+            while let Ok(line) = rx.try_recv() {
+                write_line(&mut writer, &line).await?;
+            }
+            writer.flush().await?;
+        }
+        writer.flush().await?;
+        writer.shutdown().await
+    });
+    (tx, task)
+}
+
+async fn write_line<W: AsyncWrite + Unpin>(writer: &mut W, line: &str) -> io::Result<()> {
+    writer.write_all(line.as_bytes()).await?;
+    writer.write_all(b"\n").await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn frames(input: &[u8], limit: usize) -> Vec<Frame> {
+        // A tiny buffer exercises lines split across reads.
+        let mut reader = tokio::io::BufReader::with_capacity(4, input);
+        let mut out = Vec::new();
+        while let Some(frame) = read_frame(&mut reader, limit).await.unwrap() {
+            out.push(frame);
+        }
+        out
+    }
+
+    fn line(text: &str) -> Frame {
+        Frame::Line(text.as_bytes().to_vec())
+    }
+
+    #[tokio::test]
+    async fn splits_lines_and_strips_crlf() {
+        assert_eq!(
+            frames(b"{\"a\":1}\r\n{\"b\":2}\n", 100).await,
+            vec![line("{\"a\":1}"), line("{\"b\":2}")]
+        );
+    }
+
+    #[tokio::test]
+    async fn skips_blank_lines_and_keeps_an_unterminated_last_line() {
+        assert_eq!(frames(b"\n\r\n  \n{}\n\n[1]", 100).await, vec![line("{}"), line("[1]")]);
+    }
+
+    #[tokio::test]
+    async fn long_lines_are_discarded_and_reading_goes_on() {
+        assert_eq!(
+            frames(b"0123456789abc\n{}\n0123456789", 10).await,
+            vec![Frame::TooLong { limit: 10 }, line("{}"), line("0123456789")]
+        );
+    }
+
+    #[tokio::test]
+    async fn empty_input_is_eof() {
+        assert_eq!(frames(b"", 10).await, vec![]);
+    }
+
+    #[tokio::test]
+    async fn writer_flushes_each_line() {
+        let (client, server) = tokio::io::duplex(1024);
+        let (tx, task) = spawn_writer(server);
+        tx.send("{\"id\":1}".into()).await.unwrap();
+        tx.send("{\"id\":2}".into()).await.unwrap();
+        drop(tx);
+        task.await.unwrap().unwrap();
+        let mut text = String::new();
+        let mut client = client;
+        tokio::io::AsyncReadExt::read_to_string(&mut client, &mut text).await.unwrap();
+        assert_eq!(text, "{\"id\":1}\n{\"id\":2}\n");
+    }
+}
