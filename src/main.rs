@@ -62,6 +62,7 @@ fn main() -> ExitCode {
             EofMode::Kill => OnEof::Kill,
             EofMode::Wait => OnEof::Wait,
         },
+        ..Config::default()
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -33,8 +33,6 @@ pub(crate) use self::output::RETAINED_BYTES;
 
 /// How long `process/exited` waits for the streams to drain after exit.
 const EXIT_DRAIN: Duration = Duration::from_millis(250);
-/// How long an exited process's id stays reserved.
-const RESERVATION: Duration = Duration::from_secs(30);
 /// Longest `waitMs` honoured (one day).
 const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 
@@ -43,6 +41,7 @@ const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 pub(crate) struct Limits {
     pub(crate) max_processes: usize,
     pub(crate) retained_bytes: usize,
+    pub(crate) reservation: Duration,
 }
 
 /// The answer to `process/read`: now, or later when output, exit or the deadline comes.
@@ -167,9 +166,6 @@ impl ProcessTable {
             )));
         }
         let closed = || ErrorObject::invalid_request(format!("stdin is closed for process {id}"));
-        if entry.exit.is_some() {
-            entry.stdin = None;
-        }
         let stdin = entry.stdin.as_ref().ok_or_else(closed)?;
         let op = StdinOp { bytes: params.chunk.0, close: params.close_stdin };
         match stdin.try_send(op) {
@@ -261,7 +257,7 @@ impl ProcessTable {
             }
             ProcEvent::StreamEnd { .. } => {
                 entry.open_streams = entry.open_streams.saturating_sub(1);
-                self.settle(&id, out);
+                self.settle(&id, now, out);
             }
             ProcEvent::Exited { exit, .. } => {
                 let exit = exit.unwrap_or_else(|error| {
@@ -270,12 +266,12 @@ impl ProcessTable {
                 });
                 tracing::debug!(%id, code = exit.code, signal = ?exit.signal, "exited");
                 entry.exit = Some(exit);
-                entry.stdin = None;
+                entry.exited_at = Some(now);
                 if entry.open_streams > 0 {
                     self.timers.push(Reverse((now + EXIT_DRAIN, Timer::ExitDrain(serial))));
                 }
-                self.timers.push(Reverse((now + RESERVATION, Timer::Forget(serial))));
-                self.settle(&id, out);
+                self.timers.push(Reverse((now + self.limits.reservation, Timer::Forget(serial))));
+                self.settle(&id, now, out);
             }
         }
     }
@@ -303,7 +299,7 @@ impl ProcessTable {
                         if let Some(entry) = self.entries.get_mut(&id) {
                             entry.drain_expired = true;
                         }
-                        self.settle(&id, out);
+                        self.settle(&id, now, out);
                     }
                 }
                 Timer::KillAfterGrace(serial) => {
@@ -315,10 +311,7 @@ impl ProcessTable {
                 }
                 Timer::Forget(serial) => {
                     if let Some(id) = self.ids.get(&serial).cloned() {
-                        if let Some(entry) = self.entries.get_mut(&id) {
-                            entry.forget_when_closed = true;
-                        }
-                        self.settle(&id, out);
+                        self.settle(&id, now, out);
                     }
                 }
             }
@@ -366,7 +359,7 @@ impl ProcessTable {
     }
 
     /// Sends `process/exited` and `process/closed` when due; forgets the entry when done.
-    fn settle(&mut self, id: &str, out: &mut Vec<Message>) {
+    fn settle(&mut self, id: &str, now: Instant, out: &mut Vec<Message>) {
         let Some(entry) = self.entries.get_mut(id) else { return };
         let mut woke = false;
         if let Some(exit) = entry.exit.clone() {
@@ -379,7 +372,8 @@ impl ProcessTable {
             out.push(entry.report_closed());
         }
         let serial = entry.serial;
-        let forget = entry.forget_when_closed && entry.closed_reported;
+        let reserved_until = entry.exited_at.map(|at| at + self.limits.reservation);
+        let forget = entry.closed_reported && reserved_until.is_some_and(|until| now >= until);
         if woke {
             self.wake(serial, out);
         }

@@ -316,7 +316,7 @@ fn decode_id(raw: Value) -> Result<RequestId, DecodeError> {
     }
 }
 
-fn json_kind(value: &Value) -> &'static str {
+pub(crate) fn json_kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -19,6 +19,8 @@ use crate::transport;
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 /// Default `--max-processes`.
 pub const DEFAULT_MAX_PROCESSES: usize = 1024;
+/// How long an exited process's id stays reserved by default.
+pub const DEFAULT_ID_RESERVATION: Duration = Duration::from_secs(30);
 /// How long a killed connection waits for its processes' streams to close.
 const KILL_DRAIN: Duration = Duration::from_secs(2);
 
@@ -43,6 +45,8 @@ pub struct Config {
     pub roots: Vec<PathBuf>,
     /// What to do when the input ends.
     pub on_eof: OnEof,
+    /// How long an exited process's id stays reserved (the protocol says 30 s).
+    pub id_reservation: Duration,
 }
 
 impl Default for Config {
@@ -52,6 +56,7 @@ impl Default for Config {
             max_processes: DEFAULT_MAX_PROCESSES,
             roots: Vec::new(),
             on_eof: OnEof::Kill,
+            id_reservation: DEFAULT_ID_RESERVATION,
         }
     }
 }
@@ -81,7 +86,11 @@ where
     );
     let (lines, writer_task) = transport::spawn_writer(writer);
     let (events_tx, mut events) = mpsc::channel(1024);
-    let limits = Limits { max_processes: config.max_processes, retained_bytes: RETAINED_BYTES };
+    let limits = Limits {
+        max_processes: config.max_processes,
+        retained_bytes: RETAINED_BYTES,
+        reservation: config.id_reservation,
+    };
     let mut state = dispatch::State::new(roots, ProcessTable::new(events_tx, limits));
     let mut out = Vec::new();
     let mut input_open = true;

@@ -35,7 +35,8 @@ pub(crate) struct Entry {
     pub(crate) open_streams: u8,
     pub(crate) drain_expired: bool,
     pub(crate) closed_reported: bool,
-    pub(crate) forget_when_closed: bool,
+    /// When the exit was observed; the id is reserved for a while after.
+    pub(crate) exited_at: Option<tokio::time::Instant>,
     pub(crate) stdin: Option<mpsc::Sender<StdinOp>>,
     master: Option<Box<dyn MasterPty + Send>>,
     tasks: JoinSet<()>,
@@ -82,7 +83,7 @@ impl Entry {
             open_streams: handles.open_streams,
             drain_expired: false,
             closed_reported: false,
-            forget_when_closed: false,
+            exited_at: None,
             stdin: handles.stdin,
             master: handles.master,
             tasks,

@@ -69,7 +69,8 @@ pub(crate) fn start(
         }
         ChildIo::Pty { master } => {
             let reader = master.try_clone_reader().map_err(io::Error::other)?;
-            let writer = master.take_writer().map_err(io::Error::other)?;
+            // A plain dup of the master: portable-pty's own writer sends "\n^D" when dropped.
+            let writer: Box<dyn Write + Send> = Box::new(dup_master(master.as_ref())?);
             let output = events.clone();
             tasks.spawn_blocking(move || read_pty(serial, reader, output));
             let (tx, rx) = mpsc::channel(STDIN_QUEUE);
@@ -83,6 +84,13 @@ pub(crate) fn start(
         let _ = exits.send(ProcEvent::Exited { serial, exit }).await;
     });
     Ok(handles)
+}
+
+fn dup_master(master: &dyn MasterPty) -> io::Result<std::fs::File> {
+    let fd = master.as_raw_fd().ok_or_else(|| io::Error::other("terminal has no descriptor"))?;
+    // SAFETY: the master owns `fd` and outlives this call; the dup is ours.
+    let owned = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()?;
+    Ok(std::fs::File::from(owned))
 }
 
 async fn read_pipe<R: AsyncRead + Unpin>(

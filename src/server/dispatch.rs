@@ -201,7 +201,17 @@ impl State {
 
 /// Decodes params (absent or null counts as `{}`), else -32602 with the decoder's message.
 fn decode<M: Method>(params: Value) -> Result<M::Params, ErrorObject> {
-    let params = if params.is_null() { Value::Object(Default::default()) } else { params };
+    let params = match params {
+        Value::Null => Value::Object(Default::default()),
+        Value::Object(_) => params,
+        other => {
+            return Err(ErrorObject::invalid_params(format!(
+                "invalid params for {}: expected an object, got {}",
+                M::NAME,
+                json_kind(&other)
+            )))
+        }
+    };
     serde_json::from_value(params)
         .map_err(|e| ErrorObject::invalid_params(format!("invalid params for {}: {e}", M::NAME)))
 }

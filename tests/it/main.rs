@@ -1,1 +1,12 @@
+//! The one integration test binary: in-process tests over duplex pipes, and tests of the real binary.
 
+#![allow(unreachable_pub, clippy::unwrap_used)]
+
+mod binary;
+mod control;
+mod fixtures;
+mod fs;
+mod process;
+mod protocol;
+mod pty;
+mod support;

@@ -1,0 +1,249 @@
+//! Through the real binary: handshake, shutdown on EOF and signals, process groups, flags.
+
+use std::process::Stdio;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+
+use crate::support::{b64, is_dead, scratch, start_params, unb64, wait_dead, within};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_exec-server");
+
+/// The binary with piped stdio, killed if the test fails.
+pub struct Binary {
+    pub child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Lines<BufReader<ChildStdout>>,
+    next_id: i64,
+}
+
+impl Binary {
+    pub fn spawn(args: &[&str]) -> Binary {
+        let mut child = tokio::process::Command::new(BIN)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        Binary { child, stdin, lines, next_id: 1 }
+    }
+
+    pub async fn ready(args: &[&str]) -> Binary {
+        let mut server = Binary::spawn(args);
+        let result = server.result("initialize", json!({"clientName": "binary-test"})).await;
+        assert_eq!(result["protocolVersion"], "exec-server.v0");
+        server.send_line(r#"{"method":"initialized"}"#).await;
+        server
+    }
+
+    pub async fn send_line(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+        stdin.flush().await.unwrap();
+    }
+
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    pub async fn next(&mut self) -> Option<Value> {
+        let line = within("a line from the binary", self.lines.next_line()).await.unwrap()?;
+        Some(
+            serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("stdout had non-JSON {line:?}: {e}")),
+        )
+    }
+
+    /// Sends a request and returns its response, skipping notifications.
+    pub async fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send_line(&json!({"id": id, "method": method, "params": params}).to_string()).await;
+        loop {
+            let message = self.next().await.expect("server closed stdout before answering");
+            if message["id"] == id {
+                return message;
+            }
+        }
+    }
+
+    pub async fn result(&mut self, method: &str, params: Value) -> Value {
+        let response = self.call(method, params).await;
+        assert!(response.get("error").is_none(), "{method} failed: {response}");
+        response["result"].clone()
+    }
+
+    /// The next notification `method` of process `id`.
+    pub async fn notification(&mut self, method: &str, id: &str) -> Value {
+        loop {
+            let message = self.next().await.expect("server closed stdout");
+            if message["method"] == method && message["params"]["processId"] == id {
+                return message["params"].clone();
+            }
+        }
+    }
+
+    /// Waits for the binary to exit and returns its exit code.
+    pub async fn exit_code(&mut self) -> Option<i32> {
+        within("the binary to exit", self.child.wait()).await.unwrap().code()
+    }
+}
+
+#[tokio::test]
+async fn handshake_and_a_process() {
+    let mut server = Binary::ready(&[]).await;
+    server.result("process/start", start_params("p", &["echo", "hi"], json!({}))).await;
+    let output = server.notification("process/output", "p").await;
+    assert_eq!(unb64(&output["chunk"]), b"hi\n");
+    server.close_stdin();
+    assert_eq!(server.exit_code().await, Some(0));
+}
+
+#[tokio::test]
+async fn stdin_eof_kills_a_child_and_its_grandchild() {
+    let dir = scratch("bin-eof");
+    let marker = dir.join("marker");
+    let script = format!("sh -c 'echo $$; sleep 2; touch {}' & wait", marker.display());
+    let mut server = Binary::ready(&[]).await;
+    server.result("process/start", start_params("tree", &["sh", "-c", &script], json!({}))).await;
+    let output = server.notification("process/output", "tree").await;
+    let grandchild: u32 =
+        String::from_utf8(unb64(&output["chunk"])).unwrap().trim().parse().unwrap();
+    assert!(!is_dead(grandchild));
+    server.close_stdin();
+    // What was pending is flushed: the kill is reported before stdout closes.
+    let exited = server.notification("process/exited", "tree").await;
+    assert_eq!(
+        (exited["exitCode"].clone(), exited["signal"].clone()),
+        (json!(137), json!("SIGKILL"))
+    );
+    assert_eq!(server.exit_code().await, Some(0));
+    assert!(is_dead(grandchild), "grandchild {grandchild} outlived the server");
+    assert!(!marker.exists());
+}
+
+#[tokio::test]
+async fn sigterm_kills_the_children_and_exits_zero() {
+    let mut server = Binary::ready(&[]).await;
+    server
+        .result(
+            "process/start",
+            start_params("s", &["sh", "-c", "sleep 30 & echo $!; wait"], json!({})),
+        )
+        .await;
+    let output = server.notification("process/output", "s").await;
+    let grandchild: u32 =
+        String::from_utf8(unb64(&output["chunk"])).unwrap().trim().parse().unwrap();
+    let pid = server.child.id().unwrap() as libc::pid_t;
+    // SAFETY: plain kill(2) of the server we spawned.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    assert_eq!(server.exit_code().await, Some(0));
+    assert!(is_dead(grandchild), "grandchild {grandchild} outlived the server");
+}
+
+#[tokio::test]
+async fn malformed_lines_keep_the_binary_serving() {
+    let mut server = Binary::ready(&["--max-message-bytes", "100"]).await;
+    server.send_line("this is not json").await;
+    assert_eq!(server.next().await.unwrap()["id"], -1);
+    server.send_line("[]").await;
+    assert_eq!(server.next().await.unwrap()["id"], -1);
+    server.send_line(&format!("{{\"pad\":\"{}\"}}", "x".repeat(200))).await;
+    assert_eq!(
+        server.next().await.unwrap(),
+        json!({"id": -1, "error": {"code": -32600, "message": "message is longer than the limit of 100 bytes (--max-message-bytes); it was discarded"}})
+    );
+    assert_eq!(server.result("process/list", json!({})).await, json!({"processes": []}));
+}
+
+#[tokio::test]
+async fn sigint_to_a_sleep_reports_130() {
+    let mut server = Binary::ready(&[]).await;
+    server.result("process/start", start_params("z", &["sleep", "30"], json!({}))).await;
+    let result =
+        server.result("process/signal", json!({"processId": "z", "signal": "SIGINT"})).await;
+    assert_eq!(result, json!({"running": true}));
+    assert_eq!(
+        server.notification("process/exited", "z").await,
+        json!({"processId": "z", "seq": 0, "exitCode": 130, "signal": "SIGINT"})
+    );
+}
+
+#[tokio::test]
+async fn signals_reach_the_whole_group() {
+    let mut server = Binary::ready(&[]).await;
+    let script = "trap '' TERM; (trap - TERM; exec sleep 30) & echo $!; wait";
+    server.result("process/start", start_params("g", &["sh", "-c", script], json!({}))).await;
+    let output = server.notification("process/output", "g").await;
+    let sleeper: u32 = String::from_utf8(unb64(&output["chunk"])).unwrap().trim().parse().unwrap();
+    // The shell ignores SIGTERM; the sleep in its group dies of it, and then the shell ends.
+    server.result("process/signal", json!({"processId": "g", "signal": "SIGTERM"})).await;
+    wait_dead(sleeper).await;
+    // The shell itself survived the signal: it exits on its own, not by SIGTERM.
+    let exited = server.notification("process/exited", "g").await;
+    assert_eq!(exited.get("signal"), None, "{exited}");
+}
+
+#[tokio::test]
+async fn flags_max_processes_and_root() {
+    let dir = scratch("bin-flags");
+    let root = dir.to_str().unwrap();
+    let mut server = Binary::ready(&["--max-processes", "1", "--root", root]).await;
+    server
+        .result("process/start", start_params("one", &["sleep", "30"], json!({"cwd": root})))
+        .await;
+    let response =
+        server.call("process/start", start_params("two", &["true"], json!({"cwd": root}))).await;
+    assert_eq!(
+        response["error"],
+        json!({"code": -32600, "message": "too many processes: the limit is 1 live processes per connection"})
+    );
+    let response = server.call("fs/readDirectory", json!({"path": "/"})).await;
+    assert_eq!(
+        response["error"],
+        json!({"code": -32600, "message": "path / is outside the allowed roots"})
+    );
+    let file = format!("{root}/f");
+    server.result("fs/writeFile", json!({"path": file, "dataBase64": b64(b"in root")})).await;
+}
+
+#[tokio::test]
+async fn a_missing_root_is_a_startup_error() {
+    let output = tokio::process::Command::new(BIN)
+        .args(["--root", "/no/such/root"])
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr),
+        "exec-server: root /no/such/root: No such file or directory (os error 2)\n"
+    );
+    assert!(output.stdout.is_empty());
+}
+
+#[tokio::test]
+async fn stdout_carries_only_protocol_messages_even_with_debug_logs() {
+    let output = tokio::process::Command::new(BIN)
+        .args(["--log-level", "debug", "--on-eof", "wait"])
+        .stdin(
+            std::fs::File::open(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/demo.jsonl"))
+                .unwrap(),
+        )
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    for line in stdout.lines() {
+        let message: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+        assert!(message.get("id").is_some() || message.get("method").is_some(), "{line}");
+    }
+    assert!(String::from_utf8_lossy(&output.stderr).contains("DEBUG"));
+}

@@ -1,0 +1,276 @@
+//! Test support: a raw JSON harness over `server::run` and duplex pipes, and the one timeout helper.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use base64::Engine as _;
+use exec_server::{server, Config};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines};
+use tokio::task::JoinHandle;
+
+/// How long any single wait in a test may take before it fails.
+pub const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Awaits `future`, failing the test with `what` if it takes longer than [`TIMEOUT`].
+pub async fn within<F: Future>(what: &str, future: F) -> F::Output {
+    match tokio::time::timeout(TIMEOUT, future).await {
+        Ok(output) => output,
+        Err(_) => panic!("timed out after {TIMEOUT:?} waiting for {what}"),
+    }
+}
+
+pub fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+pub fn unb64(text: &Value) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD
+        .decode(text.as_str().expect("base64 field is a string"))
+        .expect("valid base64")
+}
+
+/// A fresh scratch directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("exec-server-it-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::canonicalize(dir).unwrap()
+}
+
+/// A client speaking raw JSON lines to an in-process server.
+pub struct Harness {
+    writer: DuplexStream,
+    lines: Lines<BufReader<DuplexStream>>,
+    /// Messages read but not yet consumed, in arrival order.
+    pending: VecDeque<Value>,
+    next_id: i64,
+    pub server: JoinHandle<std::io::Result<()>>,
+}
+
+impl Harness {
+    /// A server with the default config, before the handshake.
+    pub fn new() -> Harness {
+        Harness::with_config(Config::default())
+    }
+
+    pub fn with_config(config: Config) -> Harness {
+        let (client_write, server_read) = tokio::io::duplex(1 << 20);
+        let (server_write, client_read) = tokio::io::duplex(1 << 20);
+        let server = tokio::spawn(server::run(server_read, server_write, config));
+        Harness {
+            writer: client_write,
+            lines: BufReader::new(client_read).lines(),
+            pending: VecDeque::new(),
+            next_id: 1,
+            server,
+        }
+    }
+
+    /// A server after `initialize` and `initialized`.
+    pub async fn ready() -> Harness {
+        Harness::ready_with(Config::default()).await
+    }
+
+    pub async fn ready_with(config: Config) -> Harness {
+        let mut harness = Harness::with_config(config);
+        harness.result("initialize", json!({"clientName": "it"})).await;
+        harness.send(json!({"method": "initialized"})).await;
+        harness
+    }
+
+    pub async fn send_line(&mut self, line: &str) {
+        self.writer.write_all(line.as_bytes()).await.unwrap();
+        self.writer.write_all(b"\n").await.unwrap();
+    }
+
+    pub async fn send_bytes(&mut self, bytes: &[u8]) {
+        self.writer.write_all(bytes).await.unwrap();
+    }
+
+    pub async fn send(&mut self, message: Value) {
+        self.send_line(&message.to_string()).await;
+    }
+
+    /// Closes the client's output: the server sees end of input.
+    pub async fn close_input(&mut self) {
+        self.writer.shutdown().await.unwrap();
+    }
+
+    /// Sends a request and returns its id without waiting.
+    pub async fn send_request(&mut self, method: &str, params: Value) -> i64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(json!({"id": id, "method": method, "params": params})).await;
+        id
+    }
+
+    /// The next message from the server, buffered ones first.
+    pub async fn next(&mut self) -> Value {
+        if let Some(message) = self.pending.pop_front() {
+            return message;
+        }
+        self.read_message().await
+    }
+
+    async fn read_message(&mut self) -> Value {
+        let line = within("a message from the server", self.lines.next_line())
+            .await
+            .unwrap()
+            .expect("server closed its output");
+        serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("server wrote non-JSON {line:?}: {e}"))
+    }
+
+    /// The first message (buffered or new) matching `matches`; others stay buffered.
+    pub async fn take(&mut self, what: &str, matches: impl Fn(&Value) -> bool) -> Value {
+        if let Some(at) = self.pending.iter().position(&matches) {
+            return self.pending.remove(at).unwrap();
+        }
+        within(what, async {
+            loop {
+                let message = self.read_message().await;
+                if matches(&message) {
+                    return message;
+                }
+                self.pending.push_back(message);
+            }
+        })
+        .await
+    }
+
+    /// The response to request `id`.
+    pub async fn response(&mut self, id: i64) -> Value {
+        self.take(&format!("the response to request {id}"), |m| {
+            m["id"] == id && m.get("method").is_none()
+        })
+        .await
+    }
+
+    /// Sends a request and returns its whole response message.
+    pub async fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send_request(method, params).await;
+        self.response(id).await
+    }
+
+    /// Sends a request and returns its `result`, failing on an error.
+    pub async fn result(&mut self, method: &str, params: Value) -> Value {
+        let response = self.call(method, params).await;
+        assert!(response.get("error").is_none(), "{method} failed: {response}");
+        response["result"].clone()
+    }
+
+    /// Sends a request and returns its `error`, failing on success.
+    pub async fn error(&mut self, method: &str, params: Value) -> Value {
+        let response = self.call(method, params).await;
+        assert!(response.get("result").is_none(), "{method} unexpectedly succeeded: {response}");
+        response["error"].clone()
+    }
+
+    /// The next notification `method` for process `id`.
+    pub async fn notification(&mut self, method: &str, id: &str) -> Value {
+        self.take(&format!("{method} of {id}"), |m| {
+            m["method"] == method && m["params"]["processId"] == id
+        })
+        .await["params"]
+            .clone()
+    }
+
+    /// Starts a pipe process with a PATH and returns once started.
+    pub async fn start(&mut self, id: &str, argv: &[&str]) {
+        self.start_with(id, argv, json!({})).await;
+    }
+
+    /// Starts a process; `extra` fields are merged into the params.
+    pub async fn start_with(&mut self, id: &str, argv: &[&str], extra: Value) {
+        let result = self.result("process/start", start_params(id, argv, extra)).await;
+        assert_eq!(result, json!({"processId": id}));
+    }
+
+    /// Every notification of process `id` up to and including `process/closed`.
+    pub async fn run_to_close(&mut self, id: &str) -> Vec<Value> {
+        let mut seen = Vec::new();
+        loop {
+            let message = self
+                .take(&format!("notifications of {id} until process/closed"), |m| {
+                    m["params"]["processId"] == id && m.get("method").is_some()
+                })
+                .await;
+            let closed = message["method"] == "process/closed";
+            seen.push(message);
+            if closed {
+                return seen;
+            }
+        }
+    }
+
+    /// All output bytes of `id` and its `process/exited` params, waiting for close.
+    pub async fn output_and_exit(&mut self, id: &str) -> (Vec<u8>, Value) {
+        let mut bytes = Vec::new();
+        let mut exited = Value::Null;
+        for message in self.run_to_close(id).await {
+            match message["method"].as_str() {
+                Some("process/output") => bytes.extend(unb64(&message["params"]["chunk"])),
+                Some("process/exited") => exited = message["params"].clone(),
+                _ => {}
+            }
+        }
+        (bytes, exited)
+    }
+
+    /// Waits until the output of `id` seen so far contains `needle`; returns it all.
+    pub async fn output_containing(&mut self, id: &str, needle: &str, seen: &mut Vec<u8>) {
+        while !String::from_utf8_lossy(seen).contains(needle) {
+            let params = self.notification("process/output", id).await;
+            seen.extend(unb64(&params["chunk"]));
+        }
+    }
+}
+
+/// `process/start` params with PATH set and cwd /tmp; `extra` overrides.
+pub fn start_params(id: &str, argv: &[&str], extra: Value) -> Value {
+    let mut params = json!({
+        "processId": id,
+        "argv": argv,
+        "cwd": "/tmp",
+        "env": {"PATH": "/usr/bin:/bin"},
+        "tty": false,
+        "arg0": null,
+    });
+    for (key, value) in extra.as_object().unwrap() {
+        params[key] = value.clone();
+    }
+    params
+}
+
+/// Whether `pid` has finished (gone, or a zombie nobody reaped yet).
+pub fn is_dead(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => {
+            let state = stat.rsplit(") ").next().and_then(|rest| rest.chars().next());
+            matches!(state, Some('Z') | Some('X'))
+        }
+    }
+}
+
+/// Waits for `pid` to exit, through a pidfd (no polling).
+pub async fn wait_dead(pid: u32) {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: pidfd_open returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return; // ESRCH: already gone
+    }
+    // SAFETY: the descriptor is new and owned here.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    // SAFETY: the OwnedFd stays open while the AsyncFd owns it.
+    let fd = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+    }
+    .unwrap();
+    within(&format!("process {pid} to die"), fd.readable()).await.unwrap().retain_ready();
+    assert!(is_dead(pid), "process {pid} is still alive");
+}
