@@ -177,7 +177,8 @@ async fn sigint_to_a_sleep_reports_130() {
 #[tokio::test]
 async fn signals_reach_the_whole_group() {
     let mut server = Binary::ready(&[]).await;
-    let script = "trap '' TERM; (trap - TERM; exec sleep 30) & echo $!; wait";
+    // The child restores SIGTERM's default before it reports its pid.
+    let script = "trap '' TERM; env --default-signal=TERM sh -c 'echo $$; exec sleep 30' & wait";
     server.result("process/start", start_params("g", &["sh", "-c", script], json!({}))).await;
     let output = server.notification("process/output", "g").await;
     let sleeper: u32 = String::from_utf8(unb64(&output["chunk"])).unwrap().trim().parse().unwrap();
