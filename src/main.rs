@@ -36,6 +36,7 @@ enum EofMode {
 }
 
 fn main() -> ExitCode {
+    limit_heap_growth();
     let cli = Cli::parse();
     let filter = match &cli.log_level {
         Some(level) => EnvFilter::try_new(level),
@@ -88,6 +89,18 @@ fn main() -> ExitCode {
             eprintln!("exec-server: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Serves allocations of 1 MiB and more (message lines, file data) from their own
+/// mappings, returned to the system when freed. glibc otherwise raises this
+/// threshold after the first large free and keeps later large buffers on the heap,
+/// where a few 8 MiB messages leave the process tens of MiB larger.
+fn limit_heap_growth() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator tuning; called before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
     }
 }
 

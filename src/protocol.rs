@@ -294,7 +294,12 @@ impl fmt::Debug for Base64 {
 
 impl Serialize for Base64 {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.encode())
+        // Streams the encoding into the output: no intermediate string.
+        let display = base64::display::Base64Display::new(
+            &self.0,
+            &base64::engine::general_purpose::STANDARD,
+        );
+        serializer.collect_str(&display)
     }
 }
 

@@ -43,7 +43,10 @@ impl State {
                 return;
             }
         };
-        match Message::decode(&line) {
+        let message = Message::decode(&line);
+        // A line can be tens of MiB: free it before handling the message.
+        drop(line);
+        match message {
             Err(error) => {
                 tracing::warn!(%error, "malformed message");
                 out.push(malformed(error.to_string()));

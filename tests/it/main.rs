@@ -6,6 +6,7 @@ mod binary;
 mod control;
 mod fixtures;
 mod fs;
+mod large;
 mod process;
 mod protocol;
 mod pty;

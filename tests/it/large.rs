@@ -1,0 +1,78 @@
+//! A 200 MiB file round-trips through the real binary in 8 MiB pieces while the server stays small.
+
+use serde_json::json;
+
+use crate::binary::Binary;
+use crate::support::{b64, scratch, unb64};
+
+const PIECE: usize = 8 * 1024 * 1024;
+const PIECES: usize = 25;
+
+/// Deterministic bytes for piece `index` (xorshift), so nothing large is kept.
+fn piece(index: usize) -> Vec<u8> {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ (index as u64 + 1);
+    let mut bytes = Vec::with_capacity(PIECE);
+    while bytes.len() < PIECE {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        bytes.extend_from_slice(&state.to_le_bytes());
+    }
+    bytes
+}
+
+/// FNV-1a over all bytes fed to it.
+struct Checksum(u64);
+
+impl Checksum {
+    fn new() -> Checksum {
+        Checksum(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+/// Peak resident set of `pid` in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_200_mib_file_round_trips_in_8_mib_pieces() {
+    let dir = scratch("large");
+    let path = dir.join("big.bin").to_str().unwrap().to_owned();
+    let mut server = Binary::ready(&[]).await;
+    let mut written = Checksum::new();
+    server.result("fs/writeFile", json!({"path": path, "dataBase64": ""})).await;
+    for index in 0..PIECES {
+        let bytes = piece(index);
+        written.feed(&bytes);
+        let params = json!({"path": path, "dataBase64": b64(&bytes), "append": true});
+        server.result("fs/writeFile", params).await;
+    }
+    let meta = server.result("fs/getMetadata", json!({"path": path})).await;
+    assert_eq!(meta["size"], (PIECE * PIECES) as u64);
+    let mut read = Checksum::new();
+    let mut offset = 0u64;
+    loop {
+        let params = json!({"path": path, "offset": offset, "length": PIECE});
+        let bytes = unb64(&server.result("fs/readFile", params).await["dataBase64"]);
+        if bytes.is_empty() {
+            break;
+        }
+        read.feed(&bytes);
+        offset += bytes.len() as u64;
+    }
+    assert_eq!(offset, (PIECE * PIECES) as u64);
+    assert_eq!(read.0, written.0, "checksums differ");
+    let peak = peak_rss_kib(server.child.id().unwrap());
+    eprintln!("server peak RSS: {peak} KiB");
+    assert!(peak < 64 * 1024, "server peak RSS {peak} KiB is over 64 MiB");
+    std::fs::remove_dir_all(dir).unwrap();
+}
