@@ -13,6 +13,10 @@
 //! - `process`: the process table; `process::{spawn, pumps, entry, output, signal}` start,
 //!   pump, number and retain, and signal processes.
 //! - `fs`: one function per fs/* method, with `--root` confinement and error mapping.
+//! - `client`: [`Client`] (typed calls, routing), [`Process`] handles, raw [`EventStream`]s.
+//! - `launcher`: [`Launcher`] spawns a server command and owns its lifetime.
+//! - `filesystem`, `executor`: the [`FileSystem`] and [`Executor`] traits, local and remote.
+//! - `error`: [`Error`], the client side's error.
 //!
 //! # Rules the code keeps
 //!
@@ -24,12 +28,24 @@
 //!   group id cannot be reused under it.
 //! - Nothing on the input can panic the server: every failure is an error reply.
 
+mod client;
+mod error;
+mod executor;
+mod filesystem;
 mod fs;
+mod launcher;
 mod process;
 mod protocol;
 pub mod server;
 mod transport;
 
+pub use crate::client::{
+    Client, ClientOptions, EventStream, ExitStatus, OutputChunk, Process, DEFAULT_HANDSHAKE_TIMEOUT,
+};
+pub use crate::error::Error;
+pub use crate::executor::{Executor, LocalExecutor, RemoteExecutor};
+pub use crate::filesystem::{FileSystem, LocalFileSystem, RemoteFileSystem};
 pub use crate::fs::READ_LIMIT;
+pub use crate::launcher::{LaunchCommand, Launcher, Shutdown};
 pub use crate::protocol::*;
 pub use crate::server::{Config, OnEof};

@@ -27,6 +27,9 @@ pub(crate) enum Follow {
 }
 
 impl Roots {
+    /// No confinement.
+    pub(crate) const EMPTY: Roots = Roots { roots: Vec::new() };
+
     /// Resolves each root; a root must be an existing directory.
     pub(crate) fn new(roots: &[PathBuf]) -> io::Result<Roots> {
         let mut resolved = Vec::new();

@@ -1,0 +1,389 @@
+//! The client half of the protocol: typed calls over any byte stream, process handles, raw events.
+//!
+//! One reader task routes responses to their callers and notifications to
+//! [`Process`] handles and [`EventStream`]s; one writer task owns the output.
+//! When the transport closes, every pending call fails with [`Error::Closed`].
+
+mod process;
+mod routing;
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, BufReader};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+pub use self::process::{ExitStatus, OutputChunk, Process};
+use self::routing::{Route, Shared};
+use crate::error::Error;
+use crate::protocol::*;
+use crate::server::{self, Config};
+use crate::transport::{self, Frame};
+
+/// How long [`Client::connect`] waits for the handshake by default.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest line the client accepts (a 512 MiB `fs/readFile` is about 700 MiB of base64).
+const MAX_INCOMING_LINE: usize = 1 << 30;
+
+/// Options of [`Client::connect_with`].
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Sent as `clientName` in `initialize`.
+    pub client_name: String,
+    /// Deadline of the handshake.
+    pub handshake_timeout: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> ClientOptions {
+        ClientOptions {
+            client_name: "exec-server-client".to_owned(),
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+        }
+    }
+}
+
+/// A connection to an exec-server. Cheap to clone; the connection closes when
+/// the last clone (and the last [`Process`] handle) is dropped, or on [`Client::close`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), exec_server::Error> {
+/// use exec_server::{Client, Config, StartParams};
+///
+/// let client = Client::in_process(Config::default()).await?;
+/// let mut process = client.start(StartParams::new("hello", ["echo", "hi"], "/tmp")).await?;
+/// let (output, status) = process.output_to_end().await?;
+/// assert_eq!((output.as_slice(), status.code), (&b"hi\n"[..], 0));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    outgoing: Mutex<Option<mpsc::Sender<String>>>,
+    next_id: AtomicI64,
+    info: InitializeResult,
+    reader: JoinHandle<()>,
+    server: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.reader.abort();
+        if let Some(server) = &self.server {
+            server.abort();
+        }
+    }
+}
+
+impl Client {
+    /// Connects over `reader`/`writer` (a child's stdout/stdin, a duplex pipe)
+    /// and performs the handshake with the default options.
+    pub async fn connect<R, W>(reader: R, writer: W) -> Result<Client, Error>
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        Client::connect_with(reader, writer, ClientOptions::default()).await
+    }
+
+    /// Like [`Client::connect`] with a client name and handshake deadline.
+    pub async fn connect_with<R, W>(
+        reader: R,
+        writer: W,
+        options: ClientOptions,
+    ) -> Result<Client, Error>
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        Client::start_connection(reader, writer, options, None).await
+    }
+
+    /// A server running inside this process (`server::run` on a duplex pipe),
+    /// owned by the client: dropping the client stops it and kills its processes.
+    pub async fn in_process(config: Config) -> Result<Client, Error> {
+        let (client_side, server_side) = tokio::io::duplex(1 << 20);
+        let (server_read, server_write) = tokio::io::split(server_side);
+        let server = tokio::spawn(server::run(server_read, server_write, config));
+        let (read, write) = tokio::io::split(client_side);
+        Client::start_connection(read, write, ClientOptions::default(), Some(server)).await
+    }
+
+    async fn start_connection<R, W>(
+        reader: R,
+        writer: W,
+        options: ClientOptions,
+        server: Option<JoinHandle<std::io::Result<()>>>,
+    ) -> Result<Client, Error>
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let shared = Arc::new(Shared::default());
+        let (outgoing, _writer) = transport::spawn_writer(writer);
+        let reader = tokio::spawn(read_loop(reader, shared.clone()));
+        let params = InitializeParams { client_name: options.client_name };
+        let handshake = Handshake { shared: &shared, outgoing: &outgoing };
+        let info = match tokio::time::timeout(options.handshake_timeout, handshake.run(params)).await
+        {
+            Ok(result) => result?,
+            Err(_) => {
+                reader.abort();
+                return Err(Error::Timeout {
+                    what: "the initialize response",
+                    timeout: options.handshake_timeout,
+                });
+            }
+        };
+        let initialized = Message::notification::<Initialized>(Empty {}).encode();
+        outgoing.send(initialized).await.map_err(|_| Error::Closed)?;
+        let inner = Inner {
+            shared,
+            outgoing: Mutex::new(Some(outgoing)),
+            next_id: AtomicI64::new(2),
+            info,
+            reader,
+            server,
+        };
+        Ok(Client { inner: Arc::new(inner) })
+    }
+
+    /// The server's `initialize` result.
+    pub fn server_info(&self) -> &InitializeResult {
+        &self.inner.info
+    }
+
+    /// The server's capabilities (empty for a Part A-only server).
+    pub fn capabilities(&self) -> Capabilities {
+        self.inner.info.capabilities.clone().unwrap_or_default()
+    }
+
+    /// Calls method `M` and decodes its result.
+    pub async fn call<M: Method>(&self, params: &M::Params) -> Result<M::Result, Error> {
+        let id = RequestId::from(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
+        let (tx, rx) = oneshot::channel();
+        self.inner.shared.add_pending(id.clone(), tx)?;
+        let line = Message::request::<M>(id.clone(), params).encode();
+        if self.send_line(line).await.is_err() {
+            self.inner.shared.remove_pending(&id);
+            return Err(Error::Closed);
+        }
+        let value = rx.await.map_err(|_| Error::Closed)?.map_err(Error::Rpc)?;
+        serde_json::from_value(value)
+            .map_err(|e| Error::Protocol(format!("bad {} result: {e}", M::NAME)))
+    }
+
+    /// Starts a process and returns its handle. The handle is registered before
+    /// the request is sent, so it sees every notification of the process.
+    pub async fn start(&self, params: StartParams) -> Result<Process, Error> {
+        let (route, output, status) = Route::new();
+        let key = self.inner.shared.add_route(&params.process_id, route)?;
+        match self.call::<ProcessStart>(&params).await {
+            Ok(_) => Ok(Process::new(self.clone(), params.process_id, key, output, status)),
+            Err(error) => {
+                self.inner.shared.remove_route(&params.process_id, key);
+                Err(error)
+            }
+        }
+    }
+
+    /// Every notification from now on, raw.
+    pub fn events(&self) -> EventStream {
+        EventStream { receiver: self.inner.shared.subscribe() }
+    }
+
+    /// Closes the output; the server sees end of input and shuts the connection down.
+    pub fn close(&self) {
+        lock(&self.inner.outgoing).take();
+    }
+
+    /// Completes once the connection is closed (by either side).
+    pub async fn closed(&self) {
+        let mut closed = self.inner.shared.closed_watch();
+        let _ = closed.wait_for(|closed| *closed).await;
+    }
+
+    /// Whether the connection is closed.
+    pub fn is_closed(&self) -> bool {
+        *self.inner.shared.closed_watch().borrow()
+    }
+
+    /// Sends a request whose answer nobody waits for (used from `Drop`).
+    pub(crate) fn send_and_forget<M: Method>(&self, params: &M::Params) {
+        let id = RequestId::from(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
+        self.inner.shared.ignore_response(id.clone());
+        let line = Message::request::<M>(id, params).encode();
+        if let Some(outgoing) = lock(&self.inner.outgoing).as_ref() {
+            let _ = outgoing.try_send(line);
+        }
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.inner.shared
+    }
+
+    async fn send_line(&self, line: String) -> Result<(), Error> {
+        let outgoing = lock(&self.inner.outgoing).clone().ok_or(Error::Closed)?;
+        outgoing.send(line).await.map_err(|_| Error::Closed)
+    }
+}
+
+macro_rules! typed_calls {
+    ($($(#[$doc:meta])* $name:ident: $method:ty;)*) => {
+        impl Client {
+            $(
+                $(#[$doc])*
+                pub async fn $name(
+                    &self,
+                    params: <$method as Method>::Params,
+                ) -> Result<<$method as Method>::Result, Error> {
+                    self.call::<$method>(&params).await
+                }
+            )*
+        }
+    };
+}
+
+typed_calls! {
+    /// `process/read`.
+    read: ProcessRead;
+    /// `process/write`.
+    write: ProcessWrite;
+    /// `process/terminate`.
+    terminate: ProcessTerminate;
+    /// `process/signal`.
+    signal: ProcessSignal;
+    /// `process/resize`.
+    resize: ProcessResize;
+    /// `process/list`.
+    list: ProcessList;
+    /// `fs/readFile`.
+    read_file: ReadFile;
+    /// `fs/writeFile`.
+    write_file: WriteFile;
+    /// `fs/createDirectory`.
+    create_directory: CreateDirectory;
+    /// `fs/getMetadata`.
+    get_metadata: GetMetadata;
+    /// `fs/readDirectory`.
+    read_directory: ReadDirectory;
+    /// `fs/remove`.
+    remove: Remove;
+    /// `fs/copy`.
+    copy: Copy;
+    /// `fs/rename`.
+    rename: Rename;
+}
+
+/// Every notification the server sends, in order. Unread events queue up:
+/// drop the stream when you stop reading it.
+pub struct EventStream {
+    receiver: mpsc::UnboundedReceiver<Notification>,
+}
+
+impl EventStream {
+    /// The next notification, or `None` once the connection is closed.
+    pub async fn next(&mut self) -> Option<Notification> {
+        self.receiver.recv().await
+    }
+}
+
+struct Handshake<'a> {
+    shared: &'a Arc<Shared>,
+    outgoing: &'a mpsc::Sender<String>,
+}
+
+impl Handshake<'_> {
+    async fn run(self, params: InitializeParams) -> Result<InitializeResult, Error> {
+        let id = RequestId::from(1);
+        let (tx, rx) = oneshot::channel();
+        self.shared.add_pending(id.clone(), tx)?;
+        let line = Message::request::<Initialize>(id, &params).encode();
+        self.outgoing.send(line).await.map_err(|_| Error::Closed)?;
+        let value = rx.await.map_err(|_| Error::Closed)?.map_err(Error::Rpc)?;
+        let info: InitializeResult = serde_json::from_value(value)
+            .map_err(|e| Error::Protocol(format!("bad initialize result: {e}")))?;
+        if info.protocol_version != PROTOCOL_VERSION {
+            return Err(Error::Protocol(format!(
+                "server speaks {}, not {PROTOCOL_VERSION}",
+                info.protocol_version
+            )));
+        }
+        Ok(info)
+    }
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(reader: R, shared: Arc<Shared>) {
+    let mut reader = BufReader::with_capacity(64 * 1024, reader);
+    loop {
+        match transport::read_frame(&mut reader, MAX_INCOMING_LINE).await {
+            Ok(Some(Frame::Line(line))) => match Message::decode(&line) {
+                Ok(message) => shared.dispatch(message),
+                Err(error) => tracing::warn!(%error, "ignoring a malformed line from the server"),
+            },
+            Ok(Some(Frame::TooLong { limit })) => {
+                tracing::warn!(limit, "ignoring a line from the server over the size limit")
+            }
+            Ok(None) => break,
+            Err(error) => {
+                tracing::warn!(%error, "reading from the server failed");
+                break;
+            }
+        }
+    }
+    shared.close();
+}
+
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Convenience constructors for start params.
+impl StartParams {
+    /// A pipe process `argv` in `cwd`, with this process's PATH (if any) as its only variable.
+    pub fn new<I, S>(process_id: impl Into<String>, argv: I, cwd: impl Into<std::path::PathBuf>) -> StartParams
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut env = std::collections::BTreeMap::new();
+        if let Ok(path) = std::env::var("PATH") {
+            env.insert("PATH".to_owned(), path);
+        }
+        StartParams {
+            process_id: process_id.into(),
+            argv: argv.into_iter().map(Into::into).collect(),
+            cwd: cwd.into(),
+            env,
+            tty: false,
+            arg0: None,
+            sandbox: None,
+            pipe_stdin: false,
+            size: None,
+        }
+    }
+
+    /// Runs under a pseudo-terminal of `rows` x `cols`.
+    pub fn with_tty(mut self, rows: u16, cols: u16) -> StartParams {
+        self.tty = true;
+        self.size = Some(TtySize { rows, cols });
+        self
+    }
+
+    /// Gives a pipe process a writable stdin.
+    pub fn with_stdin(mut self) -> StartParams {
+        self.pipe_stdin = true;
+        self
+    }
+}
+
+/// Watches whether a connection is closed.
+pub(crate) type ClosedWatch = watch::Receiver<bool>;

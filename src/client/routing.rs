@@ -1,0 +1,185 @@
+//! State shared by a client and its reader task: pending calls, process routes, event subscribers.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::process::{ExitStatus, OutputChunk};
+use super::{lock, ClosedWatch};
+use crate::error::Error;
+use crate::protocol::*;
+
+/// Output chunks queued per process handle; beyond this the handle catches up with `process/read`.
+const OUTPUT_QUEUE: usize = 256;
+
+type Reply = Result<Value, ErrorObject>;
+
+/// What the reader task knows of one process, published to its handle.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ProcStatus {
+    pub(crate) exit: Option<ExitStatus>,
+    /// Seq of the last chunk, once `process/closed` arrived.
+    pub(crate) closed_seq: Option<u64>,
+}
+
+/// Where the notifications of one process go.
+pub(crate) struct Route {
+    key: u64,
+    output: mpsc::Sender<OutputChunk>,
+    status: watch::Sender<ProcStatus>,
+}
+
+impl Route {
+    pub(crate) fn new() -> (Route, mpsc::Receiver<OutputChunk>, watch::Receiver<ProcStatus>) {
+        let (output, output_rx) = mpsc::channel(OUTPUT_QUEUE);
+        let (status, status_rx) = watch::channel(ProcStatus::default());
+        (Route { key: 0, output, status }, output_rx, status_rx)
+    }
+}
+
+#[derive(Default)]
+struct Pending {
+    calls: HashMap<RequestId, oneshot::Sender<Reply>>,
+    ignored: HashSet<RequestId>,
+    closed: bool,
+}
+
+/// Shared between the [`super::Client`] clones and the reader task.
+pub(crate) struct Shared {
+    pending: Mutex<Pending>,
+    routes: Mutex<HashMap<String, Route>>,
+    subscribers: Mutex<Vec<mpsc::UnboundedSender<Notification>>>,
+    closed: watch::Sender<bool>,
+    next_route: AtomicU64,
+}
+
+impl Default for Shared {
+    fn default() -> Shared {
+        Shared {
+            pending: Mutex::default(),
+            routes: Mutex::default(),
+            subscribers: Mutex::default(),
+            closed: watch::channel(false).0,
+            next_route: AtomicU64::new(1),
+        }
+    }
+}
+
+impl Shared {
+    pub(crate) fn add_pending(&self, id: RequestId, reply: oneshot::Sender<Reply>) -> Result<(), Error> {
+        let mut pending = lock(&self.pending);
+        if pending.closed {
+            return Err(Error::Closed);
+        }
+        pending.calls.insert(id, reply);
+        Ok(())
+    }
+
+    pub(crate) fn remove_pending(&self, id: &RequestId) {
+        lock(&self.pending).calls.remove(id);
+    }
+
+    pub(crate) fn ignore_response(&self, id: RequestId) {
+        lock(&self.pending).ignored.insert(id);
+    }
+
+    /// Registers a process route; returns its key for [`Shared::remove_route`].
+    pub(crate) fn add_route(&self, id: &str, mut route: Route) -> Result<u64, Error> {
+        if lock(&self.pending).closed {
+            return Err(Error::Closed);
+        }
+        route.key = self.next_route.fetch_add(1, Ordering::Relaxed);
+        let key = route.key;
+        lock(&self.routes).insert(id.to_owned(), route);
+        Ok(key)
+    }
+
+    /// Removes the route of `id` if it is still the one registered under `key`.
+    pub(crate) fn remove_route(&self, id: &str, key: u64) {
+        let mut routes = lock(&self.routes);
+        if routes.get(id).is_some_and(|route| route.key == key) {
+            routes.remove(id);
+        }
+    }
+
+    pub(crate) fn subscribe(&self) -> mpsc::UnboundedReceiver<Notification> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        if !*self.closed.borrow() {
+            lock(&self.subscribers).push(tx);
+        }
+        rx
+    }
+
+    pub(crate) fn closed_watch(&self) -> ClosedWatch {
+        self.closed.subscribe()
+    }
+
+    /// Routes one message from the server.
+    pub(crate) fn dispatch(&self, message: Message) {
+        match message {
+            Message::Response(response) => {
+                let mut pending = lock(&self.pending);
+                if let Some(reply) = pending.calls.remove(&response.id) {
+                    let _ = reply.send(response.result);
+                } else if !pending.ignored.remove(&response.id) {
+                    tracing::warn!(id = %response.id, "response to an unknown request");
+                }
+            }
+            Message::Notification(notification) => {
+                self.route(&notification);
+                lock(&self.subscribers).retain(|s| s.send(notification.clone()).is_ok());
+            }
+            Message::Request(request) => {
+                tracing::warn!(method = %request.method, "ignoring a request from the server");
+            }
+        }
+    }
+
+    /// Marks the connection closed: pending calls fail, handles see the end.
+    pub(crate) fn close(&self) {
+        let calls = {
+            let mut pending = lock(&self.pending);
+            pending.closed = true;
+            std::mem::take(&mut pending.calls)
+        };
+        drop(calls);
+        lock(&self.routes).clear();
+        lock(&self.subscribers).clear();
+        self.closed.send_replace(true);
+    }
+
+    fn route(&self, notification: &Notification) {
+        let params = &notification.params;
+        let Some(id) = params.get("processId").and_then(Value::as_str) else { return };
+        let mut routes = lock(&self.routes);
+        let Some(route) = routes.get(id) else { return };
+        match notification.method.as_str() {
+            m if m == ProcessOutput::NAME => {
+                let Ok(output) = serde_json::from_value::<OutputParams>(params.clone()) else {
+                    tracing::warn!(%id, "malformed process/output");
+                    return;
+                };
+                let chunk =
+                    OutputChunk { seq: output.seq, stream: output.stream, bytes: output.chunk.0 };
+                // A full queue drops the chunk; the handle fills the gap with process/read.
+                let _ = route.output.try_send(chunk);
+            }
+            m if m == ProcessExited::NAME => {
+                if let Ok(exited) = serde_json::from_value::<ExitedParams>(params.clone()) {
+                    let exit = ExitStatus { code: exited.exit_code, signal: exited.signal };
+                    route.status.send_modify(|status| status.exit = Some(exit));
+                }
+            }
+            m if m == ProcessClosed::NAME => {
+                if let Ok(closed) = serde_json::from_value::<ClosedParams>(params.clone()) {
+                    route.status.send_modify(|status| status.closed_seq = Some(closed.seq));
+                    routes.remove(id);
+                }
+            }
+            _ => {}
+        }
+    }
+}

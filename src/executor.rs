@@ -1,0 +1,70 @@
+//! One process interface for this machine and for a server: [`Executor`], local and remote.
+
+use std::future::Future;
+
+use crate::client::{Client, Process};
+use crate::error::Error;
+use crate::protocol::StartParams;
+use crate::server::Config;
+
+/// Starts processes and hands back [`Process`] handles.
+pub trait Executor: Send + Sync {
+    /// Starts a process.
+    fn start(&self, params: StartParams) -> impl Future<Output = Result<Process, Error>> + Send;
+}
+
+/// Processes on this machine, run by a server inside this process (the same
+/// code path as a remote server, without a child process or a pipe).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), exec_server::Error> {
+/// use exec_server::{Executor, LocalExecutor, StartParams};
+///
+/// let local = LocalExecutor::new().await?;
+/// let mut p = local.start(StartParams::new("p", ["sh", "-c", "exit 4"], "/")).await?;
+/// assert_eq!(p.wait().await?.code, 4);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct LocalExecutor {
+    client: Client,
+}
+
+impl LocalExecutor {
+    /// Starts the in-process server.
+    pub async fn new() -> Result<LocalExecutor, Error> {
+        Ok(LocalExecutor { client: Client::in_process(Config::default()).await? })
+    }
+
+    /// The in-process client, for the other methods.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+}
+
+/// Processes on the machine a [`Client`] is connected to.
+#[derive(Clone)]
+pub struct RemoteExecutor {
+    client: Client,
+}
+
+impl RemoteExecutor {
+    /// Processes through `client`.
+    pub fn new(client: Client) -> RemoteExecutor {
+        RemoteExecutor { client }
+    }
+}
+
+impl Executor for LocalExecutor {
+    async fn start(&self, params: StartParams) -> Result<Process, Error> {
+        self.client.start(params).await
+    }
+}
+
+impl Executor for RemoteExecutor {
+    async fn start(&self, params: StartParams) -> Result<Process, Error> {
+        self.client.start(params).await
+    }
+}

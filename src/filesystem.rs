@@ -1,0 +1,204 @@
+//! One file interface for this machine and for a server: [`FileSystem`], local and remote.
+
+use std::future::Future;
+use std::path::Path;
+
+use crate::client::Client;
+use crate::error::Error;
+use crate::fs::{self, Roots};
+use crate::protocol::*;
+
+/// File operations, with the same behaviour and errors locally and through a server.
+pub trait FileSystem: Send + Sync {
+    /// Reads a whole file (up to 512 MiB).
+    fn read_file(&self, path: &Path) -> impl Future<Output = Result<Vec<u8>, Error>> + Send;
+    /// Reads up to `length` bytes at `offset`.
+    fn read_range(
+        &self,
+        path: &Path,
+        offset: u64,
+        length: u64,
+    ) -> impl Future<Output = Result<Vec<u8>, Error>> + Send;
+    /// Creates or truncates a file and writes `data`.
+    fn write_file(&self, path: &Path, data: &[u8]) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Appends `data`, creating the file if needed.
+    fn append_file(&self, path: &Path, data: &[u8]) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Creates a directory, with its parents when `recursive`.
+    fn create_directory(
+        &self,
+        path: &Path,
+        recursive: bool,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Stats a path.
+    fn metadata(&self, path: &Path) -> impl Future<Output = Result<Metadata, Error>> + Send;
+    /// Lists a directory, sorted by name.
+    fn read_directory(
+        &self,
+        path: &Path,
+    ) -> impl Future<Output = Result<Vec<DirectoryEntry>, Error>> + Send;
+    /// Removes a file or directory; `force` forgives a missing path.
+    fn remove(
+        &self,
+        path: &Path,
+        recursive: bool,
+        force: bool,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Copies a file, symlink or (with `recursive`) directory.
+    fn copy(
+        &self,
+        from: &Path,
+        to: &Path,
+        recursive: bool,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Renames a path.
+    fn rename(&self, from: &Path, to: &Path) -> impl Future<Output = Result<(), Error>> + Send;
+}
+
+/// This machine's files, through the server's own fs code (so errors match).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use exec_server::{FileSystem, LocalFileSystem};
+///
+/// let error = LocalFileSystem.read_file("/no/such/file".as_ref()).await.unwrap_err();
+/// assert!(error.is_not_found());
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LocalFileSystem;
+
+/// The files of the machine a [`Client`] is connected to.
+#[derive(Clone)]
+pub struct RemoteFileSystem {
+    client: Client,
+}
+
+impl RemoteFileSystem {
+    /// Files through `client`.
+    pub fn new(client: Client) -> RemoteFileSystem {
+        RemoteFileSystem { client }
+    }
+}
+
+fn read_params(path: &Path, range: Option<(u64, u64)>) -> ReadFileParams {
+    ReadFileParams {
+        path: path.to_path_buf(),
+        offset: range.map(|(offset, _)| offset),
+        length: range.map(|(_, length)| length),
+    }
+}
+
+fn write_params(path: &Path, data: &[u8], append: bool) -> WriteFileParams {
+    WriteFileParams { path: path.to_path_buf(), data_base64: Base64(data.to_vec()).encode(), append }
+}
+
+fn remove_params(path: &Path, recursive: bool, force: bool) -> RemoveParams {
+    RemoveParams { path: path.to_path_buf(), recursive: Some(recursive), force: Some(force) }
+}
+
+fn copy_params(from: &Path, to: &Path, recursive: bool) -> CopyParams {
+    CopyParams { source_path: from.to_path_buf(), destination_path: to.to_path_buf(), recursive }
+}
+
+fn rename_params(from: &Path, to: &Path) -> RenameParams {
+    RenameParams { source_path: from.to_path_buf(), destination_path: to.to_path_buf() }
+}
+
+fn path_params(path: &Path) -> PathParams {
+    PathParams { path: path.to_path_buf() }
+}
+
+fn mkdir_params(path: &Path, recursive: bool) -> CreateDirectoryParams {
+    CreateDirectoryParams { path: path.to_path_buf(), recursive: Some(recursive) }
+}
+
+const NO_ROOTS: &Roots = &Roots::EMPTY;
+
+impl FileSystem for LocalFileSystem {
+    async fn read_file(&self, path: &Path) -> Result<Vec<u8>, Error> {
+        Ok(fs::read_file(NO_ROOTS, read_params(path, None)).await.map_err(Error::Rpc)?.data_base64.0)
+    }
+
+    async fn read_range(&self, path: &Path, offset: u64, length: u64) -> Result<Vec<u8>, Error> {
+        let params = read_params(path, Some((offset, length)));
+        Ok(fs::read_file(NO_ROOTS, params).await.map_err(Error::Rpc)?.data_base64.0)
+    }
+
+    async fn write_file(&self, path: &Path, data: &[u8]) -> Result<(), Error> {
+        fs::write_file(NO_ROOTS, write_params(path, data, false)).await.map(drop).map_err(Error::Rpc)
+    }
+
+    async fn append_file(&self, path: &Path, data: &[u8]) -> Result<(), Error> {
+        fs::write_file(NO_ROOTS, write_params(path, data, true)).await.map(drop).map_err(Error::Rpc)
+    }
+
+    async fn create_directory(&self, path: &Path, recursive: bool) -> Result<(), Error> {
+        let params = mkdir_params(path, recursive);
+        fs::create_directory(NO_ROOTS, params).await.map(drop).map_err(Error::Rpc)
+    }
+
+    async fn metadata(&self, path: &Path) -> Result<Metadata, Error> {
+        fs::get_metadata(NO_ROOTS, path_params(path)).await.map_err(Error::Rpc)
+    }
+
+    async fn read_directory(&self, path: &Path) -> Result<Vec<DirectoryEntry>, Error> {
+        Ok(fs::read_directory(NO_ROOTS, path_params(path)).await.map_err(Error::Rpc)?.entries)
+    }
+
+    async fn remove(&self, path: &Path, recursive: bool, force: bool) -> Result<(), Error> {
+        let params = remove_params(path, recursive, force);
+        fs::remove(NO_ROOTS, params).await.map(drop).map_err(Error::Rpc)
+    }
+
+    async fn copy(&self, from: &Path, to: &Path, recursive: bool) -> Result<(), Error> {
+        let params = copy_params(from, to, recursive);
+        fs::copy(NO_ROOTS, params).await.map(drop).map_err(Error::Rpc)
+    }
+
+    async fn rename(&self, from: &Path, to: &Path) -> Result<(), Error> {
+        fs::rename(NO_ROOTS, rename_params(from, to)).await.map(drop).map_err(Error::Rpc)
+    }
+}
+
+impl FileSystem for RemoteFileSystem {
+    async fn read_file(&self, path: &Path) -> Result<Vec<u8>, Error> {
+        Ok(self.client.read_file(read_params(path, None)).await?.data_base64.0)
+    }
+
+    async fn read_range(&self, path: &Path, offset: u64, length: u64) -> Result<Vec<u8>, Error> {
+        Ok(self.client.read_file(read_params(path, Some((offset, length)))).await?.data_base64.0)
+    }
+
+    async fn write_file(&self, path: &Path, data: &[u8]) -> Result<(), Error> {
+        self.client.write_file(write_params(path, data, false)).await.map(drop)
+    }
+
+    async fn append_file(&self, path: &Path, data: &[u8]) -> Result<(), Error> {
+        self.client.write_file(write_params(path, data, true)).await.map(drop)
+    }
+
+    async fn create_directory(&self, path: &Path, recursive: bool) -> Result<(), Error> {
+        self.client.create_directory(mkdir_params(path, recursive)).await.map(drop)
+    }
+
+    async fn metadata(&self, path: &Path) -> Result<Metadata, Error> {
+        self.client.get_metadata(path_params(path)).await
+    }
+
+    async fn read_directory(&self, path: &Path) -> Result<Vec<DirectoryEntry>, Error> {
+        Ok(self.client.read_directory(path_params(path)).await?.entries)
+    }
+
+    async fn remove(&self, path: &Path, recursive: bool, force: bool) -> Result<(), Error> {
+        self.client.remove(remove_params(path, recursive, force)).await.map(drop)
+    }
+
+    async fn copy(&self, from: &Path, to: &Path, recursive: bool) -> Result<(), Error> {
+        self.client.copy(copy_params(from, to, recursive)).await.map(drop)
+    }
+
+    async fn rename(&self, from: &Path, to: &Path) -> Result<(), Error> {
+        self.client.rename(rename_params(from, to)).await.map(drop)
+    }
+}
