@@ -6,7 +6,8 @@ use exec_server::{LaunchCommand, Launcher, StartParams};
 #[tokio::main]
 async fn main() -> Result<(), exec_server::Error> {
     let launcher = Launcher::spawn(LaunchCommand::exec_server()).await?;
-    let params = StartParams::new("hello", ["sh", "-c", "echo hello from $(hostname); exit 3"], "/tmp");
+    let params =
+        StartParams::new("hello", ["sh", "-c", "echo hello from $(hostname); exit 3"], "/tmp");
     let mut process = launcher.client().start(params).await?;
     let (output, status) = process.output_to_end().await?;
     print!("{}", String::from_utf8_lossy(&output));

@@ -132,17 +132,17 @@ impl Client {
         let reader = tokio::spawn(read_loop(reader, shared.clone()));
         let params = InitializeParams { client_name: options.client_name };
         let handshake = Handshake { shared: &shared, outgoing: &outgoing };
-        let info = match tokio::time::timeout(options.handshake_timeout, handshake.run(params)).await
-        {
-            Ok(result) => result?,
-            Err(_) => {
-                reader.abort();
-                return Err(Error::Timeout {
-                    what: "the initialize response",
-                    timeout: options.handshake_timeout,
-                });
-            }
-        };
+        let info =
+            match tokio::time::timeout(options.handshake_timeout, handshake.run(params)).await {
+                Ok(result) => result?,
+                Err(_) => {
+                    reader.abort();
+                    return Err(Error::Timeout {
+                        what: "the initialize response",
+                        timeout: options.handshake_timeout,
+                    });
+                }
+            };
         let initialized = Message::notification::<Initialized>(Empty {}).encode();
         outgoing.send(initialized).await.map_err(|_| Error::Closed)?;
         let inner = Inner {
@@ -233,6 +233,12 @@ impl Client {
     async fn send_line(&self, line: String) -> Result<(), Error> {
         let outgoing = lock(&self.inner.outgoing).clone().ok_or(Error::Closed)?;
         outgoing.send(line).await.map_err(|_| Error::Closed)
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("closed", &self.is_closed()).finish()
     }
 }
 
@@ -349,7 +355,11 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Convenience constructors for start params.
 impl StartParams {
     /// A pipe process `argv` in `cwd`, with this process's PATH (if any) as its only variable.
-    pub fn new<I, S>(process_id: impl Into<String>, argv: I, cwd: impl Into<std::path::PathBuf>) -> StartParams
+    pub fn new<I, S>(
+        process_id: impl Into<String>,
+        argv: I,
+        cwd: impl Into<std::path::PathBuf>,
+    ) -> StartParams
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,

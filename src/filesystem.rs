@@ -20,9 +20,17 @@ pub trait FileSystem: Send + Sync {
         length: u64,
     ) -> impl Future<Output = Result<Vec<u8>, Error>> + Send;
     /// Creates or truncates a file and writes `data`.
-    fn write_file(&self, path: &Path, data: &[u8]) -> impl Future<Output = Result<(), Error>> + Send;
+    fn write_file(
+        &self,
+        path: &Path,
+        data: &[u8],
+    ) -> impl Future<Output = Result<(), Error>> + Send;
     /// Appends `data`, creating the file if needed.
-    fn append_file(&self, path: &Path, data: &[u8]) -> impl Future<Output = Result<(), Error>> + Send;
+    fn append_file(
+        &self,
+        path: &Path,
+        data: &[u8],
+    ) -> impl Future<Output = Result<(), Error>> + Send;
     /// Creates a directory, with its parents when `recursive`.
     fn create_directory(
         &self,
@@ -90,7 +98,11 @@ fn read_params(path: &Path, range: Option<(u64, u64)>) -> ReadFileParams {
 }
 
 fn write_params(path: &Path, data: &[u8], append: bool) -> WriteFileParams {
-    WriteFileParams { path: path.to_path_buf(), data_base64: Base64(data.to_vec()).encode(), append }
+    WriteFileParams {
+        path: path.to_path_buf(),
+        data_base64: Base64(data.to_vec()).encode(),
+        append,
+    }
 }
 
 fn remove_params(path: &Path, recursive: bool, force: bool) -> RemoveParams {
@@ -117,7 +129,11 @@ const NO_ROOTS: &Roots = &Roots::EMPTY;
 
 impl FileSystem for LocalFileSystem {
     async fn read_file(&self, path: &Path) -> Result<Vec<u8>, Error> {
-        Ok(fs::read_file(NO_ROOTS, read_params(path, None)).await.map_err(Error::Rpc)?.data_base64.0)
+        Ok(fs::read_file(NO_ROOTS, read_params(path, None))
+            .await
+            .map_err(Error::Rpc)?
+            .data_base64
+            .0)
     }
 
     async fn read_range(&self, path: &Path, offset: u64, length: u64) -> Result<Vec<u8>, Error> {
@@ -126,7 +142,10 @@ impl FileSystem for LocalFileSystem {
     }
 
     async fn write_file(&self, path: &Path, data: &[u8]) -> Result<(), Error> {
-        fs::write_file(NO_ROOTS, write_params(path, data, false)).await.map(drop).map_err(Error::Rpc)
+        fs::write_file(NO_ROOTS, write_params(path, data, false))
+            .await
+            .map(drop)
+            .map_err(Error::Rpc)
     }
 
     async fn append_file(&self, path: &Path, data: &[u8]) -> Result<(), Error> {

@@ -115,7 +115,10 @@ impl Launcher {
     }
 
     /// Like [`Launcher::spawn`] with client options.
-    pub async fn spawn_with(command: LaunchCommand, options: ClientOptions) -> Result<Launcher, Error> {
+    pub async fn spawn_with(
+        command: LaunchCommand,
+        options: ClientOptions,
+    ) -> Result<Launcher, Error> {
         let mut std_command = std::process::Command::new(&command.program);
         std_command
             .args(&command.args)
@@ -240,7 +243,11 @@ impl Drop for Launcher {
 struct SharedStdin(Arc<Mutex<Option<ChildStdin>>>);
 
 impl AsyncWrite for SharedStdin {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         match lock(&self.0).as_mut() {
             Some(stdin) => Pin::new(stdin).poll_write(cx, buf),
             None => Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),

@@ -241,6 +241,16 @@ impl Process {
     }
 }
 
+impl std::fmt::Debug for Process {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Process")
+            .field("id", &self.id)
+            .field("last_seq", &self.last_seq)
+            .field("status", &*self.status.borrow())
+            .finish()
+    }
+}
+
 impl Drop for Process {
     fn drop(&mut self) {
         self.client.shared().remove_route(&self.id, self.route_key);

@@ -69,7 +69,11 @@ impl Default for Shared {
 }
 
 impl Shared {
-    pub(crate) fn add_pending(&self, id: RequestId, reply: oneshot::Sender<Reply>) -> Result<(), Error> {
+    pub(crate) fn add_pending(
+        &self,
+        id: RequestId,
+        reply: oneshot::Sender<Reply>,
+    ) -> Result<(), Error> {
         let mut pending = lock(&self.pending);
         if pending.closed {
             return Err(Error::Closed);

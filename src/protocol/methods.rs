@@ -151,7 +151,7 @@ pub struct Capabilities {
 }
 
 /// Which stream an output chunk came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Stream {
     /// A pipe process's stdout.

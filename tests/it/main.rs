@@ -3,11 +3,14 @@
 #![allow(unreachable_pub, clippy::unwrap_used)]
 
 mod binary;
+mod client;
 mod control;
 mod fixtures;
 mod fs;
 mod large;
+mod launcher;
 mod process;
 mod protocol;
 mod pty;
 mod support;
+mod traits;
