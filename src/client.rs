@@ -143,7 +143,7 @@ impl Client {
                     });
                 }
             };
-        let initialized = Message::notification::<Initialized>(Empty {}).encode();
+        let initialized = encode_notification::<Initialized>(&Empty {}, 64);
         outgoing.send(initialized).await.map_err(|_| Error::Closed)?;
         let inner = Inner {
             shared,
@@ -171,7 +171,7 @@ impl Client {
         let id = RequestId::from(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
         let (tx, rx) = oneshot::channel();
         self.inner.shared.add_pending(id.clone(), tx)?;
-        let line = Message::request::<M>(id.clone(), params).encode();
+        let line = encode_request::<M>(&id, params);
         if self.send_line(line).await.is_err() {
             self.inner.shared.remove_pending(&id);
             return Err(Error::Closed);
@@ -220,7 +220,7 @@ impl Client {
     pub(crate) fn send_and_forget<M: Method>(&self, params: &M::Params) {
         let id = RequestId::from(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
         self.inner.shared.ignore_response(id.clone());
-        let line = Message::request::<M>(id, params).encode();
+        let line = encode_request::<M>(&id, params);
         if let Some(outgoing) = lock(&self.inner.outgoing).as_ref() {
             let _ = outgoing.try_send(line);
         }
@@ -312,7 +312,7 @@ impl Handshake<'_> {
         let id = RequestId::from(1);
         let (tx, rx) = oneshot::channel();
         self.shared.add_pending(id.clone(), tx)?;
-        let line = Message::request::<Initialize>(id, &params).encode();
+        let line = encode_request::<Initialize>(&id, &params);
         self.outgoing.send(line).await.map_err(|_| Error::Closed)?;
         let value = rx.await.map_err(|_| Error::Closed)?.map_err(Error::Rpc)?;
         let info: InitializeResult = serde_json::from_value(value)

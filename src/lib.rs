@@ -28,6 +28,8 @@
 //!   group id cannot be reused under it.
 //! - Nothing on the input can panic the server: every failure is an error reply.
 
+#![warn(missing_docs)]
+
 mod client;
 mod error;
 mod executor;

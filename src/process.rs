@@ -3,7 +3,7 @@
 //! The table is owned by the server loop and never locked. Process tasks report
 //! through [`ProcEvent`]s; the loop hands them to [`ProcessTable::on_event`], and
 //! calls [`ProcessTable::on_timers`] when [`ProcessTable::next_deadline`] passes.
-//! Messages for the client are pushed onto an outbox `Vec<Message>` in order.
+//! Encoded messages for the client are pushed onto an outbox `Vec<String>` in order.
 
 mod entry;
 mod output;
@@ -24,9 +24,8 @@ pub(crate) use self::pumps::ProcEvent;
 use self::pumps::StdinOp;
 use self::signal::Signal;
 use crate::protocol::{
-    ErrorObject, ListResult, Message, ProcessRead, ReadParams, ReadResult, ResizeParams,
-    RunningResult, SandboxMode, SignalParams, StartParams, StartResult, TerminateParams,
-    WriteParams, WriteResult,
+    encode_response, ErrorObject, ListResult, ReadParams, ReadResult, ResizeParams, RunningResult,
+    SandboxMode, SignalParams, StartParams, StartResult, TerminateParams, WriteParams, WriteResult,
 };
 
 pub(crate) use self::output::RETAINED_BYTES;
@@ -242,7 +241,7 @@ impl ProcessTable {
     }
 
     /// Applies one event from a process task.
-    pub(crate) fn on_event(&mut self, event: ProcEvent, now: Instant, out: &mut Vec<Message>) {
+    pub(crate) fn on_event(&mut self, event: ProcEvent, now: Instant, out: &mut Vec<String>) {
         let serial = match &event {
             ProcEvent::Output { serial, .. }
             | ProcEvent::StreamEnd { serial }
@@ -282,7 +281,7 @@ impl ProcessTable {
     }
 
     /// Fires every timer due at `now`.
-    pub(crate) fn on_timers(&mut self, now: Instant, out: &mut Vec<Message>) {
+    pub(crate) fn on_timers(&mut self, now: Instant, out: &mut Vec<String>) {
         while let Some(Reverse((at, timer))) = self.timers.peek().copied() {
             if at > now {
                 break;
@@ -331,7 +330,7 @@ impl ProcessTable {
     }
 
     /// Answers every parked read with what there is now.
-    pub(crate) fn answer_all_parked(&mut self, out: &mut Vec<Message>) {
+    pub(crate) fn answer_all_parked(&mut self, out: &mut Vec<String>) {
         for (_, parked) in std::mem::take(&mut self.parked) {
             self.answer(parked, out);
         }
@@ -359,7 +358,7 @@ impl ProcessTable {
     }
 
     /// Sends `process/exited` and `process/closed` when due; forgets the entry when done.
-    fn settle(&mut self, id: &str, now: Instant, out: &mut Vec<Message>) {
+    fn settle(&mut self, id: &str, now: Instant, out: &mut Vec<String>) {
         let Some(entry) = self.entries.get_mut(id) else { return };
         let mut woke = false;
         if let Some(exit) = entry.exit.clone() {
@@ -385,7 +384,7 @@ impl ProcessTable {
     }
 
     /// Answers the parked reads of `serial` that now have something to return.
-    fn wake(&mut self, serial: u64, out: &mut Vec<Message>) {
+    fn wake(&mut self, serial: u64, out: &mut Vec<String>) {
         let ready: Vec<u64> = self
             .parked
             .iter()
@@ -404,12 +403,12 @@ impl ProcessTable {
         }
     }
 
-    fn answer(&self, parked: ParkedRead, out: &mut Vec<Message>) {
+    fn answer(&self, parked: ParkedRead, out: &mut Vec<String>) {
         let result = self
             .entry_by_serial(parked.serial)
             .map(|entry| entry.read(&parked.params))
             .ok_or_else(|| unknown(&parked.params.process_id));
-        out.push(Message::response::<ProcessRead>(parked.request, result));
+        out.push(encode_response(&parked.request, &result));
     }
 }
 

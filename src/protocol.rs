@@ -208,27 +208,6 @@ impl Message {
         Ok(Message::Response(Response { id, result }))
     }
 
-    /// The response of method `M` to request `id`.
-    pub fn response<M: Method>(id: RequestId, result: Result<M::Result, ErrorObject>) -> Message {
-        let result = result.and_then(|value| {
-            serde_json::to_value(value)
-                .map_err(|e| ErrorObject::internal(format!("failed to encode the result: {e}")))
-        });
-        Message::Response(Response { id, result })
-    }
-
-    /// Notification `N` with `params`.
-    pub fn notification<N: NotificationMethod>(params: N::Params) -> Message {
-        let params = serde_json::to_value(params).unwrap_or(Value::Null);
-        Message::Notification(Notification { method: N::NAME.to_owned(), params })
-    }
-
-    /// Request `M` with `id` and `params`.
-    pub fn request<M: Method>(id: RequestId, params: &M::Params) -> Message {
-        let params = serde_json::to_value(params).unwrap_or(Value::Null);
-        Message::Request(Request { id, method: M::NAME.to_owned(), params })
-    }
-
     /// Encodes the message as one line of JSON, without the newline.
     pub fn encode(&self) -> String {
         let wire = match self {
@@ -268,6 +247,59 @@ struct Wire<'a> {
     result: Option<&'a Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a ErrorObject>,
+}
+
+/// Encodes the response to `id` straight from a typed result, without a `Value`.
+pub(crate) fn encode_response<T: Serialize>(
+    id: &RequestId,
+    result: &Result<T, ErrorObject>,
+) -> String {
+    #[derive(Serialize)]
+    struct ResponseWire<'a, T> {
+        id: &'a RequestId,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        result: Option<&'a T>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<&'a ErrorObject>,
+    }
+    let wire = ResponseWire { id, result: result.as_ref().ok(), error: result.as_ref().err() };
+    to_line(&wire, 128).unwrap_or_else(|e| {
+        let error = ErrorObject::internal(format!("failed to encode the result: {e}"));
+        Message::Response(Response { id: id.clone(), result: Err(error) }).encode()
+    })
+}
+
+/// Encodes request `M` straight from its params, without a `Value`.
+pub(crate) fn encode_request<M: Method>(id: &RequestId, params: &M::Params) -> String {
+    #[derive(Serialize)]
+    struct RequestWire<'a, P> {
+        id: &'a RequestId,
+        method: &'a str,
+        params: &'a P,
+    }
+    let wire = RequestWire { id, method: M::NAME, params };
+    to_line(&wire, 128).expect("request params always serialize")
+}
+
+/// Encodes notification `N` straight from its params; `size_hint` presizes the line.
+pub(crate) fn encode_notification<N: NotificationMethod>(
+    params: &N::Params,
+    size_hint: usize,
+) -> String {
+    #[derive(Serialize)]
+    struct NotificationWire<'a, P> {
+        method: &'a str,
+        params: &'a P,
+    }
+    let wire = NotificationWire { method: N::NAME, params };
+    to_line(&wire, size_hint).expect("notification params always serialize")
+}
+
+fn to_line<T: Serialize>(value: &T, size_hint: usize) -> serde_json::Result<String> {
+    let mut line = Vec::with_capacity(size_hint);
+    serde_json::to_writer(&mut line, value)?;
+    // serde_json writes only UTF-8.
+    Ok(String::from_utf8(line).expect("serde_json output is UTF-8"))
 }
 
 /// Bytes carried on the wire as a base64 string.

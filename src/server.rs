@@ -21,6 +21,8 @@ pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 pub const DEFAULT_MAX_PROCESSES: usize = 1024;
 /// How long an exited process's id stays reserved by default.
 pub const DEFAULT_ID_RESERVATION: Duration = Duration::from_secs(30);
+/// Process events (output chunks of up to 64 KiB) queued for the loop.
+const EVENT_QUEUE: usize = 64;
 /// How long a killed connection waits for its processes' streams to close.
 const KILL_DRAIN: Duration = Duration::from_secs(2);
 
@@ -85,7 +87,7 @@ where
         config.max_message_bytes,
     );
     let (lines, writer_task) = transport::spawn_writer(writer);
-    let (events_tx, mut events) = mpsc::channel(1024);
+    let (events_tx, mut events) = mpsc::channel(EVENT_QUEUE);
     let limits = Limits {
         max_processes: config.max_processes,
         retained_bytes: RETAINED_BYTES,
@@ -152,9 +154,9 @@ where
     }
 }
 
-async fn send_all(lines: &mpsc::Sender<String>, out: &mut Vec<crate::protocol::Message>) -> bool {
-    for message in out.drain(..) {
-        if lines.send(message.encode()).await.is_err() {
+async fn send_all(lines: &mpsc::Sender<String>, out: &mut Vec<String>) -> bool {
+    for line in out.drain(..) {
+        if lines.send(line).await.is_err() {
             return false;
         }
     }

@@ -9,8 +9,8 @@ use super::pumps::{self, ProcEvent, StdinOp};
 use super::signal::{signal_group, ExitInfo, Signal};
 use super::spawn::{self, SpawnRequest};
 use crate::protocol::{
-    ClosedParams, ExitedParams, Message, OutputParams, ProcessClosed, ProcessExited, ProcessInfo,
-    ProcessOutput, ReadParams, ReadResult, StartParams, Stream,
+    encode_notification, ClosedParams, ExitedParams, OutputParams, ProcessClosed, ProcessExited,
+    ProcessInfo, ProcessOutput, ReadParams, ReadResult, StartParams, Stream,
 };
 
 /// Why a resize failed.
@@ -104,35 +104,37 @@ impl Entry {
             .map_err(|e| ResizeError::Io(std::io::Error::other(e)))
     }
 
-    /// Records a chunk and returns its `process/output` notification.
-    pub(crate) fn push_output(&mut self, stream: Stream, bytes: Vec<u8>) -> Message {
-        let chunk = crate::protocol::Base64(bytes);
-        let seq = self.output.push(stream, chunk.0.clone());
-        Message::notification::<ProcessOutput>(OutputParams {
+    /// Encodes a chunk's `process/output` notification, then retains the chunk.
+    pub(crate) fn push_output(&mut self, stream: Stream, bytes: Vec<u8>) -> String {
+        let seq = self.output.last_seq() + 1;
+        let params = OutputParams {
             process_id: self.id.clone(),
             seq,
             stream,
-            chunk,
-        })
+            chunk: crate::protocol::Base64(bytes),
+        };
+        let line =
+            encode_notification::<ProcessOutput>(&params, params.chunk.0.len() * 4 / 3 + 128);
+        self.output.push(stream, params.chunk.0);
+        line
     }
 
-    pub(crate) fn report_exit(&mut self, exit: &ExitInfo) -> Message {
+    pub(crate) fn report_exit(&mut self, exit: &ExitInfo) -> String {
         self.exit_reported = true;
         self.exit_seq = self.output.last_seq();
-        Message::notification::<ProcessExited>(ExitedParams {
+        let params = ExitedParams {
             process_id: self.id.clone(),
             seq: self.exit_seq,
             exit_code: exit.code,
             signal: exit.signal.clone(),
-        })
+        };
+        encode_notification::<ProcessExited>(&params, 128)
     }
 
-    pub(crate) fn report_closed(&mut self) -> Message {
+    pub(crate) fn report_closed(&mut self) -> String {
         self.closed_reported = true;
-        Message::notification::<ProcessClosed>(ClosedParams {
-            process_id: self.id.clone(),
-            seq: self.output.last_seq(),
-        })
+        let params = ClosedParams { process_id: self.id.clone(), seq: self.output.last_seq() };
+        encode_notification::<ProcessClosed>(&params, 96)
     }
 
     /// A `process/read` result. `exited` is true only once `process/exited` was

@@ -1,6 +1,7 @@
 //! Connection state and request dispatch: lifecycle checks, params decoding, one match over methods.
 
-use serde::Serialize;
+use std::future::Future;
+
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -31,8 +32,8 @@ impl State {
         State { phase: Phase::New, roots, table }
     }
 
-    /// Handles one input frame; replies go to `out`.
-    pub(super) async fn on_frame(&mut self, frame: Frame, out: &mut Vec<Message>) {
+    /// Handles one input frame; encoded replies go to `out`.
+    pub(super) async fn on_frame(&mut self, frame: Frame, out: &mut Vec<String>) {
         let line = match frame {
             Frame::Line(line) => line,
             Frame::TooLong { limit } => {
@@ -52,9 +53,8 @@ impl State {
                 out.push(malformed(error.to_string()));
             }
             Ok(Message::Request(request)) => {
-                let id = request.id.clone();
-                if let Some(result) = self.on_request(request).await {
-                    out.push(Message::Response(Response { id, result }));
+                if let Some(reply) = self.on_request(request).await {
+                    out.push(reply);
                 }
             }
             Ok(Message::Notification(notification)) => {
@@ -68,7 +68,7 @@ impl State {
         }
     }
 
-    fn on_notification(&mut self, notification: Notification) -> Option<Message> {
+    fn on_notification(&mut self, notification: Notification) -> Option<String> {
         let method = notification.method;
         if method == Initialized::NAME {
             match self.phase {
@@ -86,98 +86,87 @@ impl State {
         }
     }
 
-    /// The result of a request, or `None` when it was parked (a waiting read).
-    async fn on_request(&mut self, request: Request) -> Option<Result<Value, ErrorObject>> {
+    /// The encoded response to a request, or `None` when it was parked (a waiting read).
+    async fn on_request(&mut self, request: Request) -> Option<String> {
         let Request { id, method, params } = request;
         if !METHODS.contains(&method.as_str()) {
-            return Some(Err(ErrorObject::new(
-                codes::METHOD_NOT_FOUND,
-                format!("unknown method {method}"),
-            )));
+            let error =
+                ErrorObject::new(codes::METHOD_NOT_FOUND, format!("unknown method {method}"));
+            return Some(error_reply(&id, error));
         }
         if method == Initialize::NAME {
-            return Some(call::<Initialize>(params, |p| self.initialize(p)));
+            return Some(call::<Initialize>(&id, params, |p| self.initialize(p)));
         }
-        let area = if method.starts_with("fs/") { "filesystem" } else { "exec" };
-        match self.phase {
-            Phase::New => {
-                return Some(Err(ErrorObject::invalid_request(format!(
-                    "client must call initialize before using {area} methods"
-                ))))
-            }
-            Phase::Initializing => {
-                return Some(Err(ErrorObject::invalid_request(format!(
-                    "client must send initialized before using {area} methods"
-                ))))
-            }
-            Phase::Ready => {}
+        if let Err(error) = self.check_ready(&method) {
+            return Some(error_reply(&id, error));
         }
         let roots = &self.roots;
         let table = &mut self.table;
-        let result = match method.as_str() {
-            ProcessStart::NAME => call::<ProcessStart>(params, |p| {
+        let line = match method.as_str() {
+            ProcessStart::NAME => call::<ProcessStart>(&id, params, |p| {
                 ProcessTable::check_cwd(&p.cwd)?;
                 roots.check_absolute(&p.cwd, Follow::All)?;
                 table.start(p)
             }),
             ProcessRead::NAME => {
-                let params = match decode::<ProcessRead>(params) {
-                    Ok(params) => params,
-                    Err(error) => return Some(Err(error)),
-                };
-                match table.read(id, params, Instant::now()) {
-                    Ok(ReadOutcome::Ready(result)) => encode(Ok(result)),
+                let outcome = decode::<ProcessRead>(params)
+                    .and_then(|p| table.read(id.clone(), p, Instant::now()));
+                match outcome {
                     Ok(ReadOutcome::Parked) => return None,
-                    Err(error) => Err(error),
+                    Ok(ReadOutcome::Ready(result)) => reply::<ProcessRead>(&id, Ok(result)),
+                    Err(error) => reply::<ProcessRead>(&id, Err(error)),
                 }
             }
-            ProcessWrite::NAME => call::<ProcessWrite>(params, |p| table.write(p)),
+            ProcessWrite::NAME => call::<ProcessWrite>(&id, params, |p| table.write(p)),
             ProcessTerminate::NAME => {
-                call::<ProcessTerminate>(params, |p| Ok(table.terminate(p, Instant::now())))
+                call::<ProcessTerminate>(&id, params, |p| Ok(table.terminate(p, Instant::now())))
             }
-            ProcessSignal::NAME => call::<ProcessSignal>(params, |p| table.signal(p)),
+            ProcessSignal::NAME => call::<ProcessSignal>(&id, params, |p| table.signal(p)),
             ProcessResize::NAME => {
-                call::<ProcessResize>(params, |p| table.resize(p).map(|()| Empty {}))
+                call::<ProcessResize>(&id, params, |p| table.resize(p).map(|()| Empty {}))
             }
-            ProcessList::NAME => call::<ProcessList>(params, |_| Ok(table.list())),
-            ReadFile::NAME => match decode::<ReadFile>(params) {
-                Ok(p) => encode(fs::read_file(roots, p).await),
-                Err(error) => Err(error),
-            },
-            WriteFile::NAME => match decode::<WriteFile>(params) {
-                Ok(p) => encode(fs::write_file(roots, p).await),
-                Err(error) => Err(error),
-            },
-            CreateDirectory::NAME => match decode::<CreateDirectory>(params) {
-                Ok(p) => encode(fs::create_directory(roots, p).await),
-                Err(error) => Err(error),
-            },
-            GetMetadata::NAME => match decode::<GetMetadata>(params) {
-                Ok(p) => encode(fs::get_metadata(roots, p).await),
-                Err(error) => Err(error),
-            },
-            ReadDirectory::NAME => match decode::<ReadDirectory>(params) {
-                Ok(p) => encode(fs::read_directory(roots, p).await),
-                Err(error) => Err(error),
-            },
-            Remove::NAME => match decode::<Remove>(params) {
-                Ok(p) => encode(fs::remove(roots, p).await),
-                Err(error) => Err(error),
-            },
-            Copy::NAME => match decode::<Copy>(params) {
-                Ok(p) => encode(fs::copy(roots, p).await),
-                Err(error) => Err(error),
-            },
-            Rename::NAME => match decode::<Rename>(params) {
-                Ok(p) => encode(fs::rename(roots, p).await),
-                Err(error) => Err(error),
-            },
-            other => Err(ErrorObject::new(
-                codes::METHOD_NOT_FOUND,
-                format!("method {other} is listed but not dispatched"),
-            )),
+            ProcessList::NAME => call::<ProcessList>(&id, params, |_| Ok(table.list())),
+            ReadFile::NAME => {
+                call_fs::<ReadFile, _>(&id, params, |p| fs::read_file(roots, p)).await
+            }
+            WriteFile::NAME => {
+                call_fs::<WriteFile, _>(&id, params, |p| fs::write_file(roots, p)).await
+            }
+            CreateDirectory::NAME => {
+                call_fs::<CreateDirectory, _>(&id, params, |p| fs::create_directory(roots, p)).await
+            }
+            GetMetadata::NAME => {
+                call_fs::<GetMetadata, _>(&id, params, |p| fs::get_metadata(roots, p)).await
+            }
+            ReadDirectory::NAME => {
+                call_fs::<ReadDirectory, _>(&id, params, |p| fs::read_directory(roots, p)).await
+            }
+            Remove::NAME => call_fs::<Remove, _>(&id, params, |p| fs::remove(roots, p)).await,
+            Copy::NAME => call_fs::<Copy, _>(&id, params, |p| fs::copy(roots, p)).await,
+            Rename::NAME => call_fs::<Rename, _>(&id, params, |p| fs::rename(roots, p)).await,
+            other => {
+                let error = ErrorObject::new(
+                    codes::METHOD_NOT_FOUND,
+                    format!("method {other} is listed but not dispatched"),
+                );
+                error_reply(&id, error)
+            }
         };
-        Some(result)
+        Some(line)
+    }
+
+    /// The lifecycle check of A.2 for every method but `initialize`.
+    fn check_ready(&self, method: &str) -> Result<(), ErrorObject> {
+        let area = if method.starts_with("fs/") { "filesystem" } else { "exec" };
+        match self.phase {
+            Phase::New => Err(ErrorObject::invalid_request(format!(
+                "client must call initialize before using {area} methods"
+            ))),
+            Phase::Initializing => Err(ErrorObject::invalid_request(format!(
+                "client must send initialized before using {area} methods"
+            ))),
+            Phase::Ready => Ok(()),
+        }
     }
 
     fn initialize(&mut self, params: InitializeParams) -> Result<InitializeResult, ErrorObject> {
@@ -219,24 +208,37 @@ fn decode<M: Method>(params: Value) -> Result<M::Params, ErrorObject> {
         .map_err(|e| ErrorObject::invalid_params(format!("invalid params for {}: {e}", M::NAME)))
 }
 
-fn encode<T: Serialize>(result: Result<T, ErrorObject>) -> Result<Value, ErrorObject> {
-    result.and_then(|value| {
-        serde_json::to_value(value)
-            .map_err(|e| ErrorObject::internal(format!("failed to encode the result: {e}")))
-    })
+/// An encoded error response.
+fn error_reply(id: &RequestId, error: ErrorObject) -> String {
+    encode_response::<Empty>(id, &Err(error))
+}
+
+/// The encoded response of method `M`.
+fn reply<M: Method>(id: &RequestId, result: Result<M::Result, ErrorObject>) -> String {
+    encode_response(id, &result)
 }
 
 fn call<M: Method>(
+    id: &RequestId,
     params: Value,
     handler: impl FnOnce(M::Params) -> Result<M::Result, ErrorObject>,
-) -> Result<Value, ErrorObject> {
-    decode::<M>(params).and_then(handler).map(Ok).and_then(encode)
+) -> String {
+    reply::<M>(id, decode::<M>(params).and_then(handler))
+}
+
+async fn call_fs<M: Method, F: Future<Output = Result<M::Result, ErrorObject>>>(
+    id: &RequestId,
+    params: Value,
+    handler: impl FnOnce(M::Params) -> F,
+) -> String {
+    let result = match decode::<M>(params) {
+        Ok(params) => handler(params).await,
+        Err(error) => Err(error),
+    };
+    reply::<M>(id, result)
 }
 
 /// The reply to a line that is not a usable message: id -1, -32600.
-fn malformed(message: String) -> Message {
-    Message::Response(Response {
-        id: RequestId::from(-1),
-        result: Err(ErrorObject::invalid_request(message)),
-    })
+fn malformed(message: String) -> String {
+    error_reply(&RequestId::from(-1), ErrorObject::invalid_request(message))
 }
