@@ -468,12 +468,47 @@ mod tests {
     }
 
     #[test]
+    fn typed_encoding_matches_the_wire() {
+        let started: Result<StartResult, ErrorObject> = Ok(StartResult { process_id: "p".into() });
+        assert_eq!(encode_response(&1.into(), &started), r#"{"id":1,"result":{"processId":"p"}}"#);
+        let refused: Result<Empty, ErrorObject> = Err(ErrorObject::invalid_request("no"));
+        assert_eq!(
+            encode_response(&"x".into(), &refused),
+            r#"{"id":"x","error":{"code":-32600,"message":"no"}}"#
+        );
+        let output = OutputParams {
+            process_id: "p".into(),
+            seq: 1,
+            stream: Stream::Stdout,
+            chunk: Base64(b"hi".to_vec()),
+        };
+        assert_eq!(
+            encode_notification::<ProcessOutput>(&output, 0),
+            r#"{"method":"process/output","params":{"processId":"p","seq":1,"stream":"stdout","chunk":"aGk="}}"#
+        );
+        let exited = ExitedParams {
+            process_id: "p".into(),
+            seq: 0,
+            exit_code: 137,
+            signal: Some("SIGKILL".into()),
+        };
+        assert_eq!(
+            encode_notification::<ProcessExited>(&exited, 0),
+            r#"{"method":"process/exited","params":{"processId":"p","seq":0,"exitCode":137,"signal":"SIGKILL"}}"#
+        );
+        assert_eq!(
+            encode_request::<ProcessList>(&7.into(), &Empty {}),
+            r#"{"id":7,"method":"process/list","params":{}}"#
+        );
+    }
+
+    #[test]
     fn base64_round_trips() {
         let bytes = Base64(b"hi".to_vec());
         assert_eq!(serde_json::to_string(&bytes).unwrap(), r#""aGk=""#);
         let back: Base64 = serde_json::from_str(r#""aGk=""#).unwrap();
         assert_eq!(back, bytes);
         let err = serde_json::from_str::<Base64>(r#""@@""#).unwrap_err().to_string();
-        assert!(err.starts_with("invalid base64: Invalid symbol 64, offset 0."), "{err}");
+        assert_eq!(err, "invalid base64: Invalid symbol 64, offset 0.");
     }
 }

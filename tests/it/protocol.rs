@@ -164,3 +164,103 @@ async fn end_of_input_ends_the_server_cleanly() {
     h.close_input().await;
     crate::support::within("the server to return", &mut h.server).await.unwrap().unwrap();
 }
+
+/// A small deterministic generator (xorshift) for junk input.
+struct Junk(u64);
+
+impl Junk {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[(self.next() % items.len() as u64) as usize]
+    }
+
+    fn line(&mut self) -> Vec<u8> {
+        let values = [
+            "null",
+            "1",
+            "-1",
+            "1.5",
+            "\"s\"",
+            "[]",
+            "{}",
+            "true",
+            "\"\u{1F600}\"",
+            "18446744073709551616",
+        ];
+        let methods = [
+            "process/read",
+            "process/write",
+            "process/signal",
+            "process/terminate",
+            "process/resize",
+            "process/list",
+            "initialize",
+            "nope",
+            "",
+        ];
+        let keys = [
+            "processId",
+            "afterSeq",
+            "maxBytes",
+            "waitMs",
+            "chunk",
+            "signal",
+            "rows",
+            "cols",
+            "graceMs",
+            "closeStdin",
+        ];
+        match self.next() % 4 {
+            0 => (0..self.next() % 64)
+                .map(|_| (self.next() % 256) as u8)
+                .filter(|&b| b != b'\n')
+                .collect(),
+            1 => {
+                let mut params = Vec::new();
+                for _ in 0..self.next() % 4 {
+                    params.push(format!("\"{}\":{}", self.pick(&keys), self.pick(&values)));
+                }
+                let id = self.pick(&values);
+                let method = self.pick(&methods);
+                format!(r#"{{"id":{id},"method":"{method}","params":{{{}}}}}"#, params.join(","))
+                    .into_bytes()
+            }
+            2 => {
+                let id = self.pick(&values);
+                let params = self.pick(&values);
+                format!(r#"{{"id":{id},"method":"{}","params":{params}}}"#, self.pick(&methods))
+                    .into_bytes()
+            }
+            _ => {
+                let valid =
+                    br#"{"id":1,"method":"process/read","params":{"processId":"x","waitMs":1}}"#;
+                let cut = (self.next() % valid.len() as u64) as usize;
+                valid[..cut].to_vec()
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn junk_input_never_stops_the_server() {
+    let mut h = Harness::ready().await;
+    let mut junk = Junk(0x2545_F491_4F6C_DD1D);
+    for round in 0..20 {
+        for _ in 0..100 {
+            let mut line = junk.line();
+            line.push(b'\n');
+            h.send_bytes(&line).await;
+        }
+        let id = format!("probe-{round}");
+        h.send(json!({"id": id, "method": "process/list"})).await;
+        let reply = h.take("the probe reply", |m| m["id"] == id.as_str()).await;
+        assert!(reply.get("result").is_some(), "{reply}");
+        assert!(!h.server.is_finished(), "the server stopped");
+    }
+}
