@@ -225,6 +225,19 @@ impl Fake {
         (connecting.await.unwrap().unwrap(), fake)
     }
 
+    /// Lets `client` start process `id`, answering the request.
+    async fn start(&mut self, client: &Client, id: &str) -> Process {
+        let start = tokio::spawn({
+            let client = client.clone();
+            let params = params(id, &["anything"]);
+            async move { client.start(params).await }
+        });
+        let request = self.request().await;
+        assert_eq!(request["method"], "process/start");
+        self.send(json!({"id": request["id"], "result": {"processId": id}})).await;
+        start.await.unwrap().unwrap()
+    }
+
     async fn request(&mut self) -> Value {
         let line = within("a line from the client", self.lines.next_line()).await.unwrap().unwrap();
         serde_json::from_str(&line).unwrap()
@@ -291,13 +304,7 @@ async fn fake_server_out_of_order_responses_unknown_notifications_and_malformed_
 #[tokio::test]
 async fn fake_server_closing_mid_call_fails_everything_at_once() {
     let (client, mut fake) = Fake::connect().await;
-    let start = tokio::spawn({
-        let client = client.clone();
-        async move { client.start(params("p", &["true"])).await }
-    });
-    let request = fake.request().await;
-    fake.send(json!({"id": request["id"], "result": {"processId": "p"}})).await;
-    let mut process = start.await.unwrap().unwrap();
+    let mut process = fake.start(&client, "p").await;
     let pending = tokio::spawn({
         let client = client.clone();
         async move { client.list(Empty {}).await }
@@ -317,13 +324,7 @@ async fn fake_server_closing_mid_call_fails_everything_at_once() {
 #[tokio::test]
 async fn fake_server_gap_is_filled_with_a_read() {
     let (client, mut fake) = Fake::connect().await;
-    let start = tokio::spawn({
-        let client = client.clone();
-        async move { client.start(params("g", &["x"])).await }
-    });
-    let request = fake.request().await;
-    fake.send(json!({"id": request["id"], "result": {"processId": "g"}})).await;
-    let mut process = start.await.unwrap().unwrap();
+    let mut process = fake.start(&client, "g").await;
     let output = |seq: u64, text: &str| json!({"method": "process/output", "params": {"processId": "g", "seq": seq, "stream": "stdout", "chunk": b64(text.as_bytes())}});
     fake.send(output(1, "a")).await;
     fake.send(output(3, "c")).await;
