@@ -1,5 +1,9 @@
 //! Test helper: launches a server, starts `sh -c 'sleep 30 & wait'` through it,
-//! prints "SERVER_PID SHELL_PID SLEEP_PID" and waits to be killed.
+//! prints "SERVER_PID SHELL_PID SLEEP_PID HOLDER_PID" and waits to be killed.
+//!
+//! With `HOLD_STDIN_ELSEWHERE` set, a forked copy of this process (HOLDER_PID)
+//! keeps the server's stdin open, so only the parent-death signal can end the
+//! server when this process dies.
 #![allow(clippy::print_stdout)]
 
 use exec_server::{LaunchCommand, Launcher, StartParams};
@@ -12,7 +16,19 @@ async fn main() -> Result<(), exec_server::Error> {
     let sleep = process.next_output().await?.expect("the shell prints the sleep's pid");
     let list = launcher.client().list(exec_server::Empty {}).await?;
     let shell = list.processes[0].pid;
-    println!("{} {shell} {}", launcher.pid(), String::from_utf8_lossy(&sleep.bytes).trim());
+    let holder = if std::env::var_os("HOLD_STDIN_ELSEWHERE").is_some() {
+        // SAFETY: the child calls only pause(), which is async-signal-safe.
+        match unsafe { libc::fork() } {
+            0 => loop {
+                unsafe { libc::pause() };
+            },
+            pid => pid,
+        }
+    } else {
+        0
+    };
+    let sleep = String::from_utf8_lossy(&sleep.bytes).trim().to_owned();
+    println!("{} {shell} {sleep} {holder}", launcher.pid());
     std::future::pending::<()>().await;
     Ok(())
 }

@@ -37,27 +37,58 @@ async fn dropping_the_launcher_takes_down_server_child_and_grandchild() {
     eprintln!("launcher drop: server, child and grandchild gone after {:?}", dropped.elapsed());
 }
 
-#[tokio::test]
-async fn a_sigkilled_launching_process_still_takes_everything_down() {
+/// Runs `examples/hold`, SIGKILLs it, and waits for the server, child and grandchild to die.
+async fn kill_the_launching_process(stdin_held_elsewhere: bool) {
     let helper =
         std::env::current_exe().unwrap().parent().unwrap().parent().unwrap().join("examples/hold");
-    let mut child = tokio::process::Command::new(&helper)
+    let mut command = tokio::process::Command::new(&helper);
+    command
         .env("EXEC_SERVER_BIN", BIN)
         .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", helper.display()));
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    if stdin_held_elsewhere {
+        command.env("HOLD_STDIN_ELSEWHERE", "1");
+    }
+    let mut child =
+        command.spawn().unwrap_or_else(|e| panic!("cannot run {}: {e}", helper.display()));
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let line = within("the helper's pids", lines.next_line()).await.unwrap().unwrap();
     let pids: Vec<u32> = line.split_whitespace().map(|p| p.parse().unwrap()).collect();
-    assert_eq!(pids.len(), 3, "{line}");
+    assert_eq!(pids.len(), 4, "{line}");
+    let _holder = KillOnDrop(pids[3]);
     child.start_kill().unwrap();
     child.wait().await.unwrap();
     let killed = Instant::now();
-    for pid in pids {
+    for &pid in &pids[..3] {
         wait_dead(pid).await;
     }
-    eprintln!("launcher SIGKILL: server, child and grandchild gone after {:?}", killed.elapsed());
+    eprintln!(
+        "launcher SIGKILL (stdin held elsewhere: {stdin_held_elsewhere}): server, child and grandchild gone after {:?}",
+        killed.elapsed()
+    );
+}
+
+/// Kills the helper's forked copy (if any) however the test ends.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if self.0 != 0 {
+            // SAFETY: kill(2) of a process this test started.
+            unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGKILL) };
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_sigkilled_launching_process_still_takes_everything_down() {
+    kill_the_launching_process(false).await;
+}
+
+#[tokio::test]
+async fn the_parent_death_signal_works_when_stdin_stays_open() {
+    kill_the_launching_process(true).await;
 }
 
 #[tokio::test]
