@@ -192,18 +192,18 @@ impl ProcessTable {
             return RunningResult { running: false };
         };
         if entry.exit.is_some() {
-            // Descendants left in the group go too; the answer stays false.
-            entry.signal(Signal::KILL);
+            // Descendants left in the session go too; the answer stays false.
+            entry.signal_tree(Signal::KILL);
             return RunningResult { running: false };
         }
         match params.grace_ms {
             Some(grace) => {
-                entry.signal(Signal::TERM);
-                entry.signal(Signal(libc::SIGCONT));
+                entry.signal_tree(Signal::TERM);
+                entry.signal_tree(Signal(libc::SIGCONT));
                 let deadline = now + Duration::from_millis(grace).min(MAX_WAIT);
                 self.timers.push(Reverse((deadline, Timer::KillAfterGrace(entry.serial))));
             }
-            None => entry.signal(Signal::KILL),
+            None => entry.signal_tree(Signal::KILL),
         }
         RunningResult { running: true }
     }
@@ -304,7 +304,7 @@ impl ProcessTable {
                 Timer::KillAfterGrace(serial) => {
                     if let Some(entry) = self.entry_by_serial(serial) {
                         if entry.exit.is_none() {
-                            entry.signal(Signal::KILL);
+                            entry.signal_tree(Signal::KILL);
                         }
                     }
                 }
@@ -317,11 +317,14 @@ impl ProcessTable {
         }
     }
 
-    /// Kills every process group (connection end).
+    /// Kills every process group and session (connection end), in one sweep.
     pub(crate) fn kill_all(&mut self) {
+        let mut sessions = Vec::with_capacity(self.entries.len());
         for entry in self.entries.values() {
             entry.signal(Signal::KILL);
+            sessions.push(entry.pid);
         }
+        signal::signal_sessions(&sessions, Signal::KILL);
     }
 
     /// No process is running or has undelivered notifications.

@@ -6,7 +6,7 @@ use tokio::task::JoinSet;
 
 use super::output::OutputLog;
 use super::pumps::{self, ProcEvent, StdinOp};
-use super::signal::{signal_group, ExitInfo, Signal};
+use super::signal::{signal_group, signal_tree, ExitInfo, Signal};
 use super::spawn::{self, SpawnRequest};
 use crate::protocol::{
     encode_notification, ClosedParams, ExitedParams, OutputParams, ProcessClosed, ProcessExited,
@@ -90,10 +90,18 @@ impl Entry {
         })
     }
 
-    /// Sends `signal` to the process group; failures are logged.
+    /// Sends `signal` to the process group (`process/signal`); failures are logged.
     pub(crate) fn signal(&self, signal: Signal) {
         if let Err(error) = signal_group(self.pid, signal) {
             tracing::warn!(id = %self.id, pid = self.pid, %error, "signalling the process group failed");
+        }
+    }
+
+    /// Sends `signal` to the group and everything else in the process's session
+    /// (`process/terminate`, shutdown).
+    pub(crate) fn signal_tree(&self, signal: Signal) {
+        if let Err(error) = signal_tree(self.pid, signal) {
+            tracing::warn!(id = %self.id, pid = self.pid, %error, "signalling the process tree failed");
         }
     }
 
@@ -167,8 +175,8 @@ impl Entry {
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        // The leader is unreaped until here, so its pid still names our group.
-        let _ = signal_group(self.pid, Signal::KILL);
+        // The leader is unreaped until here, so its pid still names our group and session.
+        let _ = signal_tree(self.pid, Signal::KILL);
         self.tasks.abort_all();
         self.stdin = None;
         if !spawn::reap(self.pid) {

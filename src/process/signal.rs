@@ -87,6 +87,39 @@ pub(crate) fn signal_group(pgid: u32, signal: Signal) -> io::Result<()> {
     }
 }
 
+/// Sends `signal` to every process whose session is one of `sessions`.
+///
+/// A child runs in its own session, so its session id is its pid. Signalling the
+/// process group misses descendants that job control moved into groups of their
+/// own (an interactive shell's background jobs); they stay in the session, and
+/// this sweep finds them.
+pub(crate) fn signal_sessions(sessions: &[u32], signal: Signal) {
+    if sessions.is_empty() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else { return };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: getsid and kill have no memory-safety preconditions.
+        unsafe {
+            let sid = libc::getsid(pid);
+            if sid > 0 && sessions.contains(&(sid as u32)) {
+                libc::kill(pid, signal.0);
+            }
+        }
+    }
+}
+
+/// Sends `signal` to the process group and the rest of the session led by `pid`.
+pub(crate) fn signal_tree(pid: u32, signal: Signal) -> io::Result<()> {
+    let result = signal_group(pid, signal);
+    signal_sessions(&[pid], signal);
+    result
+}
+
 /// How a process ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ExitInfo {

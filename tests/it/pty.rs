@@ -110,3 +110,36 @@ async fn a_tty_process_killed_by_a_signal_reports_it() {
         json!({"processId": "t", "seq": 0, "exitCode": 143, "signal": "SIGTERM"})
     );
 }
+
+#[tokio::test]
+async fn terminate_reaches_jobs_that_job_control_moved_out_of_the_group() {
+    let mut h = Harness::ready().await;
+    h.start_with("sh", &["sh", "-i"], json!({"tty": true})).await;
+    h.result(
+        "process/write",
+        json!({"processId": "sh", "chunk": b64(b"sleep 30 & echo job=$!.\n")}),
+    )
+    .await;
+    // The terminal echoes `job=$!.` first; the shell then prints `job=<pid>.`.
+    let job_pid = |text: &str| -> Option<u32> {
+        text.split("job=").filter_map(|rest| rest.split('.').next()?.parse().ok()).next()
+    };
+    let mut seen = Vec::new();
+    let job = loop {
+        if let Some(pid) = job_pid(&String::from_utf8_lossy(&seen)) {
+            break pid;
+        }
+        let output = h.notification("process/output", "sh").await;
+        seen.extend(crate::support::unb64(&output["chunk"]));
+    };
+    // The interactive shell put the job in a process group of its own.
+    // SAFETY: getpgid has no memory-safety preconditions.
+    let group = unsafe { libc::getpgid(job as libc::pid_t) };
+    let list = h.result("process/list", json!({})).await;
+    assert_ne!(group as u64, list["processes"][0]["pid"].as_u64().unwrap());
+    assert_eq!(
+        h.result("process/terminate", json!({"processId": "sh"})).await,
+        json!({"running": true})
+    );
+    crate::support::wait_dead(job).await;
+}
