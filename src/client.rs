@@ -71,6 +71,9 @@ struct Inner {
     next_id: AtomicI64,
     info: InitializeResult,
     reader: JoinHandle<()>,
+    /// Not aborted on drop: it ends by itself once `outgoing` is dropped, after
+    /// flushing what is queued and closing the output.
+    _writer: JoinHandle<std::io::Result<()>>,
     server: Option<JoinHandle<std::io::Result<()>>>,
 }
 
@@ -128,29 +131,34 @@ impl Client {
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let shared = Arc::new(Shared::default());
-        let (outgoing, _writer) = transport::spawn_writer(writer);
+        let (outgoing, writer) = transport::spawn_writer(writer);
         let reader = tokio::spawn(read_loop(reader, shared.clone()));
         let params = InitializeParams { client_name: options.client_name };
         let handshake = Handshake { shared: &shared, outgoing: &outgoing };
-        let info =
-            match tokio::time::timeout(options.handshake_timeout, handshake.run(params)).await {
-                Ok(result) => result?,
-                Err(_) => {
-                    reader.abort();
-                    return Err(Error::Timeout {
-                        what: "the initialize response",
-                        timeout: options.handshake_timeout,
-                    });
-                }
-            };
+        let deadline = options.handshake_timeout;
+        let info = match tokio::time::timeout(deadline, handshake.run(params)).await {
+            Ok(Ok(info)) => info,
+            Ok(Err(error)) => {
+                reader.abort();
+                return Err(error);
+            }
+            Err(_) => {
+                reader.abort();
+                return Err(Error::Timeout { what: "the initialize response", timeout: deadline });
+            }
+        };
         let initialized = encode_notification::<Initialized>(&Empty {}, 64);
-        outgoing.send(initialized).await.map_err(|_| Error::Closed)?;
+        if outgoing.send(initialized).await.is_err() {
+            reader.abort();
+            return Err(Error::Closed);
+        }
         let inner = Inner {
             shared,
             outgoing: Mutex::new(Some(outgoing)),
             next_id: AtomicI64::new(2),
             info,
             reader,
+            _writer: writer,
             server,
         };
         Ok(Client { inner: Arc::new(inner) })

@@ -149,6 +149,8 @@ where
     drop(lines);
     reader_task.abort();
     match writer_task.await {
+        // The client closing its end is how a connection may end; not an error.
+        Ok(Err(error)) if error.kind() == io::ErrorKind::BrokenPipe => Ok(()),
         Ok(result) => result,
         Err(error) => Err(io::Error::other(error)),
     }

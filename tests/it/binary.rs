@@ -248,3 +248,37 @@ async fn stdout_carries_only_protocol_messages_even_with_debug_logs() {
     }
     assert!(String::from_utf8_lossy(&output.stderr).contains("DEBUG"));
 }
+
+#[tokio::test]
+async fn a_client_that_closes_stdout_ends_the_connection() {
+    let mut child = tokio::process::Command::new(BIN)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let start = start_params("yes", &["sh", "-c", "echo $$; exec yes"], json!({}));
+    let lines = [
+        json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
+        json!({"method": "initialized"}),
+        json!({"id": 2, "method": "process/start", "params": start}),
+    ];
+    for line in lines {
+        stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+    }
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut pid = None;
+    while pid.is_none() {
+        let line = within("output of yes", stdout.next_line()).await.unwrap().unwrap();
+        let message: Value = serde_json::from_str(&line).unwrap();
+        if message["method"] == "process/output" {
+            let text = String::from_utf8(unb64(&message["params"]["chunk"])).unwrap();
+            pid = text.lines().next().and_then(|l| l.parse::<u32>().ok());
+        }
+    }
+    drop(stdout);
+    let status = within("the server to exit", child.wait()).await.unwrap();
+    assert_eq!(status.code(), Some(0));
+    wait_dead(pid.unwrap()).await;
+}
