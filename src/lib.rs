@@ -17,6 +17,7 @@
 //! - `launcher`: [`Launcher`] spawns a server command and owns its lifetime.
 //! - `filesystem`, `executor`: the [`FileSystem`] and [`Executor`] traits, local and remote.
 //! - `error`: [`Error`], the client side's error.
+//! - `stdio`: [`Stdio`], the binary's stdin/stdout (reactor-driven when they are pipes).
 //!
 //! # Rules the code keeps
 //!
@@ -39,6 +40,7 @@ mod launcher;
 mod process;
 mod protocol;
 pub mod server;
+mod stdio;
 mod transport;
 
 pub use crate::client::{
@@ -51,3 +53,4 @@ pub use crate::fs::READ_LIMIT;
 pub use crate::launcher::{LaunchCommand, Launcher, Shutdown};
 pub use crate::protocol::*;
 pub use crate::server::{Config, OnEof};
+pub use crate::stdio::{FlagsGuard, Stdio};

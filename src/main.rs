@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
 use exec_server::server::{self, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_PROCESSES};
-use exec_server::{Config, OnEof};
+use exec_server::{Config, OnEof, Stdio};
 use tracing_subscriber::EnvFilter;
 
 /// A subprocess and filesystem sidecar speaking exec-server.v0 (newline-delimited JSON-RPC) on stdin/stdout.
@@ -79,7 +79,10 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         let shutdown = shutdown_signal()?;
-        server::run_until(tokio::io::stdin(), tokio::io::stdout(), config, shutdown).await
+        let Stdio { reader, writer, guard } = Stdio::open();
+        let result = server::run_until(reader, writer, config, shutdown).await;
+        drop(guard);
+        result
     });
     // stdin's reader thread may still be blocked in read(2); do not wait for it.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));

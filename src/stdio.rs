@@ -1,0 +1,81 @@
+//! The process's stdin and stdout as async streams for the stdio server.
+//!
+//! When they are pipes (a parent program, `ssh`, a shell pipeline) they are
+//! driven by the reactor directly; anything else (a terminal, a file) goes
+//! through tokio's stdio, which hands each read and write to a blocking thread.
+//! Pipes are switched to non-blocking mode while in use; [`FlagsGuard`] puts the
+//! original flags back when dropped.
+
+use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd};
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::unix::pipe;
+
+/// The server's ends of stdin and stdout.
+pub struct Stdio {
+    /// Reads the input.
+    pub reader: Box<dyn AsyncRead + Send + Unpin>,
+    /// Writes the output.
+    pub writer: Box<dyn AsyncWrite + Send + Unpin>,
+    /// Restores the descriptors' flags when dropped: keep it until the server is done.
+    pub guard: FlagsGuard,
+}
+
+/// Puts back the flags of stdin and stdout that [`Stdio::open`] changed.
+pub struct FlagsGuard {
+    restore: Vec<(libc::c_int, libc::c_int)>,
+}
+
+impl Stdio {
+    /// Opens stdin and stdout; must be called inside a tokio runtime.
+    pub fn open() -> Stdio {
+        let mut restore = Vec::new();
+        let reader: Box<dyn AsyncRead + Send + Unpin> = match pipe_end(
+            libc::STDIN_FILENO,
+            &mut restore,
+        )
+        .and_then(pipe::Receiver::from_owned_fd)
+        {
+            Ok(pipe) => Box::new(pipe),
+            Err(_) => Box::new(tokio::io::stdin()),
+        };
+        let writer: Box<dyn AsyncWrite + Send + Unpin> =
+            match pipe_end(libc::STDOUT_FILENO, &mut restore).and_then(pipe::Sender::from_owned_fd)
+            {
+                Ok(pipe) => Box::new(pipe),
+                Err(_) => Box::new(tokio::io::stdout()),
+            };
+        Stdio { reader, writer, guard: FlagsGuard { restore } }
+    }
+}
+
+impl Drop for FlagsGuard {
+    fn drop(&mut self) {
+        for &(fd, flags) in &self.restore {
+            // SAFETY: fcntl on a standard descriptor this process owns.
+            unsafe { libc::fcntl(fd, libc::F_SETFL, flags) };
+        }
+    }
+}
+
+/// A duplicate of `fd` when it is a pipe, remembering its flags to restore.
+fn pipe_end(fd: libc::c_int, restore: &mut Vec<(libc::c_int, libc::c_int)>) -> io::Result<OwnedFd> {
+    // SAFETY: stat is plain data, filled in by fstat.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes only to `stat`.
+    if unsafe { libc::fstat(fd, &mut stat) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if stat.st_mode & libc::S_IFMT != libc::S_IFIFO {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a pipe"));
+    }
+    // SAFETY: F_GETFL reads the descriptor's flags.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    restore.push((fd, flags));
+    // SAFETY: the standard descriptors stay open for the life of the process.
+    unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()
+}
