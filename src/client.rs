@@ -147,6 +147,11 @@ impl Client {
                 return Err(Error::Timeout { what: "the initialize response", timeout: deadline });
             }
         };
+        let sends_closed = info
+            .capabilities
+            .as_ref()
+            .is_some_and(|c| c.notifications.iter().any(|n| n == ProcessClosed::NAME));
+        shared.set_sends_closed(sends_closed);
         let initialized = encode_notification::<Initialized>(&Empty {}, 64);
         if outgoing.send(initialized).await.is_err() {
             reader.abort();

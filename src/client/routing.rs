@@ -1,7 +1,7 @@
 //! State shared by a client and its reader task: pending calls, process routes, event subscribers.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use serde_json::Value;
@@ -28,6 +28,8 @@ pub(crate) struct ProcStatus {
 /// Where the notifications of one process go.
 pub(crate) struct Route {
     key: u64,
+    /// Highest output seq seen, to end the stream at exit on a Part A-only server.
+    last_seq: u64,
     output: mpsc::Sender<OutputChunk>,
     status: watch::Sender<ProcStatus>,
 }
@@ -36,7 +38,7 @@ impl Route {
     pub(crate) fn new() -> (Route, mpsc::Receiver<OutputChunk>, watch::Receiver<ProcStatus>) {
         let (output, output_rx) = mpsc::channel(OUTPUT_QUEUE);
         let (status, status_rx) = watch::channel(ProcStatus::default());
-        (Route { key: 0, output, status }, output_rx, status_rx)
+        (Route { key: 0, last_seq: 0, output, status }, output_rx, status_rx)
     }
 }
 
@@ -54,6 +56,8 @@ pub(crate) struct Shared {
     subscribers: Mutex<Vec<mpsc::UnboundedSender<Notification>>>,
     closed: watch::Sender<bool>,
     next_route: AtomicU64,
+    /// Whether the server sends `process/closed` (Part B); without it, exit ends a stream.
+    sends_closed: AtomicBool,
 }
 
 impl Default for Shared {
@@ -64,6 +68,7 @@ impl Default for Shared {
             subscribers: Mutex::default(),
             closed: watch::channel(false).0,
             next_route: AtomicU64::new(1),
+            sends_closed: AtomicBool::new(true),
         }
     }
 }
@@ -107,6 +112,11 @@ impl Shared {
         if routes.get(id).is_some_and(|route| route.key == key) {
             routes.remove(id);
         }
+    }
+
+    /// Records whether the server sends `process/closed` (from its capabilities).
+    pub(crate) fn set_sends_closed(&self, sends_closed: bool) {
+        self.sends_closed.store(sends_closed, Ordering::Relaxed);
     }
 
     pub(crate) fn subscribe(&self) -> mpsc::UnboundedReceiver<Notification> {
@@ -159,22 +169,31 @@ impl Shared {
         let params = &notification.params;
         let Some(id) = params.get("processId").and_then(Value::as_str) else { return };
         let mut routes = lock(&self.routes);
-        let Some(route) = routes.get(id) else { return };
+        let Some(route) = routes.get_mut(id) else { return };
         match notification.method.as_str() {
             m if m == ProcessOutput::NAME => {
                 let Ok(output) = serde_json::from_value::<OutputParams>(params.clone()) else {
                     tracing::warn!(%id, "malformed process/output");
                     return;
                 };
-                let chunk =
-                    OutputChunk { seq: output.seq, stream: output.stream, bytes: output.chunk.0 };
+                // A Part A server sends no seq: count the chunks here, as its reads do.
+                let seq = if output.seq == 0 { route.last_seq + 1 } else { output.seq };
+                route.last_seq = route.last_seq.max(seq);
+                let chunk = OutputChunk { seq, stream: output.stream, bytes: output.chunk.0 };
                 // A full queue drops the chunk; the handle fills the gap with process/read.
                 let _ = route.output.try_send(chunk);
             }
             m if m == ProcessExited::NAME => {
                 if let Ok(exited) = serde_json::from_value::<ExitedParams>(params.clone()) {
                     let exit = ExitStatus { code: exited.exit_code, signal: exited.signal };
-                    route.status.send_modify(|status| status.exit = Some(exit));
+                    let ends_stream = !self.sends_closed.load(Ordering::Relaxed);
+                    let last_seq = route.last_seq;
+                    route.status.send_modify(|status| {
+                        status.exit = Some(exit);
+                        if ends_stream {
+                            status.closed_seq = Some(last_seq);
+                        }
+                    });
                 }
             }
             m if m == ProcessClosed::NAME => {

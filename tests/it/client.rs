@@ -378,3 +378,21 @@ async fn handshake_timeout_and_wrong_version() {
         "protocol violation: server speaks exec-server.v9, not exec-server.v0"
     );
 }
+
+#[tokio::test]
+async fn fake_part_a_server_without_seqs_or_closed() {
+    let (client, mut fake) = Fake::connect().await;
+    let mut process = fake.start(&client, "a").await;
+    for text in ["one", "two"] {
+        let params = json!({"processId": "a", "stream": "stdout", "chunk": b64(text.as_bytes())});
+        fake.send(json!({"method": "process/output", "params": params})).await;
+    }
+    fake.send(json!({"method": "process/exited", "params": {"processId": "a", "exitCode": 3}}))
+        .await;
+    let mut chunks = Vec::new();
+    while let Some(chunk) = within("Part A output", process.next_output()).await.unwrap() {
+        chunks.push((chunk.seq, String::from_utf8(chunk.bytes).unwrap()));
+    }
+    assert_eq!(chunks, vec![(1, "one".to_owned()), (2, "two".to_owned())]);
+    assert_eq!(process.wait().await.unwrap(), ExitStatus { code: 3, signal: None });
+}
