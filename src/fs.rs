@@ -48,7 +48,9 @@ pub(crate) async fn read_file(roots: &Roots, params: ReadFileParams) -> FsResult
     if offset > 0 {
         file.seek(SeekFrom::Start(offset)).await.map_err(io_error(op, path))?;
     }
-    let mut data = Vec::with_capacity(usize::try_from(wanted.min(64 << 20)).unwrap_or(0));
+    // Presize for what a regular file holds; other files grow as they are read.
+    let expected = if meta.is_file() { wanted.min(meta.len() - offset) } else { 0 };
+    let mut data = Vec::with_capacity(usize::try_from(expected).unwrap_or(0));
     // One byte more than allowed tells a file that grew past the limit.
     let cap = if params.length.is_some() { wanted } else { READ_LIMIT + 1 };
     file.take(cap).read_to_end(&mut data).await.map_err(io_error(op, path))?;
