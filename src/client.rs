@@ -182,9 +182,10 @@ impl Client {
     /// Calls method `M` and decodes its result.
     pub async fn call<M: Method>(&self, params: &M::Params) -> Result<M::Result, Error> {
         let id = RequestId::from(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
+        let line = encode_request::<M>(&id, params)
+            .map_err(|e| Error::Encode(format!("{} params: {e}", M::NAME)))?;
         let (tx, rx) = oneshot::channel();
         self.inner.shared.add_pending(id.clone(), tx)?;
-        let line = encode_request::<M>(&id, params);
         if self.send_line(line).await.is_err() {
             self.inner.shared.remove_pending(&id);
             return Err(Error::Closed);
@@ -232,8 +233,8 @@ impl Client {
     /// Sends a request whose answer nobody waits for (used from `Drop`).
     pub(crate) fn send_and_forget<M: Method>(&self, params: &M::Params) {
         let id = RequestId::from(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
-        self.inner.shared.ignore_response(id.clone());
-        let line = encode_request::<M>(&id, params);
+        let Ok(line) = encode_request::<M>(&id, params) else { return };
+        self.inner.shared.ignore_response(id);
         if let Some(outgoing) = lock(&self.inner.outgoing).as_ref() {
             let _ = outgoing.try_send(line);
         }
@@ -325,7 +326,8 @@ impl Handshake<'_> {
         let id = RequestId::from(1);
         let (tx, rx) = oneshot::channel();
         self.shared.add_pending(id.clone(), tx)?;
-        let line = encode_request::<Initialize>(&id, &params);
+        let line = encode_request::<Initialize>(&id, &params)
+            .map_err(|e| Error::Encode(format!("initialize params: {e}")))?;
         self.outgoing.send(line).await.map_err(|_| Error::Closed)?;
         let value = rx.await.map_err(|_| Error::Closed)?.map_err(Error::Rpc)?;
         let info: InitializeResult = serde_json::from_value(value)

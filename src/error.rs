@@ -23,6 +23,9 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// The request cannot be put on the wire (a path that is not UTF-8, say).
+    #[error("cannot encode the request: {0}")]
+    Encode(String),
     /// The server sent something that does not fit the protocol.
     #[error("protocol violation: {0}")]
     Protocol(String),

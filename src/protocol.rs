@@ -269,8 +269,12 @@ pub(crate) fn encode_response<T: Serialize>(
     })
 }
 
-/// Encodes request `M` straight from its params, without a `Value`.
-pub(crate) fn encode_request<M: Method>(id: &RequestId, params: &M::Params) -> String {
+/// Encodes request `M` straight from its params, without a `Value`. Fails only
+/// for params that JSON cannot carry, such as a path that is not UTF-8.
+pub(crate) fn encode_request<M: Method>(
+    id: &RequestId,
+    params: &M::Params,
+) -> serde_json::Result<String> {
     #[derive(Serialize)]
     struct RequestWire<'a, P> {
         id: &'a RequestId,
@@ -278,7 +282,7 @@ pub(crate) fn encode_request<M: Method>(id: &RequestId, params: &M::Params) -> S
         params: &'a P,
     }
     let wire = RequestWire { id, method: M::NAME, params };
-    to_line(&wire, 128).expect("request params always serialize")
+    to_line(&wire, 128)
 }
 
 /// Encodes notification `N` straight from its params; `size_hint` presizes the line.
@@ -497,7 +501,7 @@ mod tests {
             r#"{"method":"process/exited","params":{"processId":"p","seq":0,"exitCode":137,"signal":"SIGKILL"}}"#
         );
         assert_eq!(
-            encode_request::<ProcessList>(&7.into(), &Empty {}),
+            encode_request::<ProcessList>(&7.into(), &Empty {}).unwrap(),
             r#"{"id":7,"method":"process/list","params":{}}"#
         );
     }

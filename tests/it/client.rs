@@ -153,6 +153,19 @@ async fn fs_methods_and_not_found_errors() {
 }
 
 #[tokio::test]
+async fn a_path_json_cannot_carry_is_an_error_not_a_panic() {
+    use std::os::unix::ffi::OsStrExt;
+    let client = Client::in_process(Config::default()).await.unwrap();
+    let path = PathBuf::from(std::ffi::OsStr::from_bytes(b"/tmp/not-utf8-\xff"));
+    let error = client.get_metadata(PathParams { path }).await.unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "cannot encode the request: fs/getMetadata params: path contains invalid UTF-8 characters"
+    );
+    assert!(client.list(Empty {}).await.is_ok());
+}
+
+#[tokio::test]
 async fn the_event_stream_sees_every_notification() {
     let client = Client::in_process(Config::default()).await.unwrap();
     let mut events = client.events();
