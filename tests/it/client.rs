@@ -224,8 +224,8 @@ struct Fake {
 }
 
 impl Fake {
-    /// Connects a client and answers its handshake.
-    async fn connect() -> (Client, Fake) {
+    /// Starts connecting a client and answers its `initialize` with `result`.
+    async fn handshake(result: Value) -> (tokio::task::JoinHandle<Result<Client, Error>>, Fake) {
         let (client_io, server_io) = tokio::io::duplex(1 << 16);
         let (client_read, client_write) = tokio::io::split(client_io);
         let (server_read, server_write) = tokio::io::split(server_io);
@@ -233,7 +233,14 @@ impl Fake {
         let connecting = tokio::spawn(Client::connect(client_read, client_write));
         let init = fake.request().await;
         assert_eq!(init["method"], "initialize");
-        fake.send(json!({"id": init["id"], "result": {"protocolVersion": "exec-server.v0"}})).await;
+        fake.send(json!({"id": init["id"], "result": result})).await;
+        (connecting, fake)
+    }
+
+    /// A connected client, after a Part A handshake.
+    async fn connect() -> (Client, Fake) {
+        let (connecting, mut fake) =
+            Fake::handshake(json!({"protocolVersion": "exec-server.v0"})).await;
         assert_eq!(fake.request().await, json!({"method": "initialized", "params": {}}));
         (connecting.await.unwrap().unwrap(), fake)
     }
@@ -378,13 +385,7 @@ async fn handshake_timeout_and_wrong_version() {
     assert_eq!(error.to_string(), "timed out after 50ms waiting for the initialize response");
     drop(server_io);
 
-    let (client_io, server_io) = tokio::io::duplex(1 << 16);
-    let (client_read, client_write) = tokio::io::split(client_io);
-    let (server_read, server_write) = tokio::io::split(server_io);
-    let mut fake = Fake { lines: BufReader::new(server_read).lines(), writer: server_write };
-    let connecting = tokio::spawn(Client::connect(client_read, client_write));
-    let init = fake.request().await;
-    fake.send(json!({"id": init["id"], "result": {"protocolVersion": "exec-server.v9"}})).await;
+    let (connecting, _fake) = Fake::handshake(json!({"protocolVersion": "exec-server.v9"})).await;
     let error = connecting.await.unwrap().err().unwrap();
     assert_eq!(
         error.to_string(),
