@@ -20,7 +20,7 @@ use self::routing::{Route, Shared};
 use crate::error::Error;
 use crate::protocol::*;
 use crate::server::{self, Config};
-use crate::transport::{self, Frame};
+use crate::transport;
 
 /// How long [`Client::connect`] waits for the handshake by default.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -344,14 +344,16 @@ impl Handshake<'_> {
 
 async fn read_loop<R: AsyncRead + Unpin>(reader: R, shared: Arc<Shared>) {
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
+    // One buffer for every line: output notifications come by the thousand.
+    let mut line = Vec::new();
     loop {
-        match transport::read_frame(&mut reader, MAX_INCOMING_LINE).await {
-            Ok(Some(Frame::Line(line))) => match Message::decode(&line) {
+        match transport::read_line_into(&mut reader, MAX_INCOMING_LINE, &mut line).await {
+            Ok(Some(true)) => match Message::decode(&line) {
                 Ok(message) => shared.dispatch(message),
                 Err(error) => tracing::warn!(%error, "ignoring a malformed line from the server"),
             },
-            Ok(Some(Frame::TooLong { limit })) => {
-                tracing::warn!(limit, "ignoring a line from the server over the size limit")
+            Ok(Some(false)) => {
+                tracing::warn!("ignoring a line from the server over the size limit")
             }
             Ok(None) => break,
             Err(error) => {

@@ -21,8 +21,22 @@ pub(crate) async fn read_frame<R: AsyncBufRead + Unpin>(
     reader: &mut R,
     limit: usize,
 ) -> io::Result<Option<Frame>> {
+    let mut line = Vec::new();
+    Ok(read_line_into(reader, limit, &mut line).await?.map(|fits| match fits {
+        true => Frame::Line(line),
+        false => Frame::TooLong { limit },
+    }))
+}
+
+/// Reads the next non-blank line into `line` (its capacity is reused): `Some(true)`
+/// for a line, `Some(false)` for one over `limit` (discarded), `None` at end of input.
+pub(crate) async fn read_line_into<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    limit: usize,
+    line: &mut Vec<u8>,
+) -> io::Result<Option<bool>> {
     loop {
-        let mut line = Vec::new();
+        line.clear();
         let mut too_long = false;
         let mut saw_any = false;
         loop {
@@ -34,14 +48,14 @@ pub(crate) async fn read_frame<R: AsyncBufRead + Unpin>(
                 break;
             }
             saw_any = true;
-            let (taken, done) = match available.iter().position(|&b| b == b'\n') {
+            let (taken, done) = match memchr::memchr(b'\n', available) {
                 Some(at) => (at, true),
                 None => (available.len(), false),
             };
             if !too_long {
                 if line.len() + taken > limit {
                     too_long = true;
-                    line = Vec::new();
+                    *line = Vec::new();
                 } else {
                     line.extend_from_slice(&available[..taken]);
                 }
@@ -52,7 +66,7 @@ pub(crate) async fn read_frame<R: AsyncBufRead + Unpin>(
             }
         }
         if too_long {
-            return Ok(Some(Frame::TooLong { limit }));
+            return Ok(Some(false));
         }
         if line.last() == Some(&b'\r') {
             line.pop();
@@ -60,7 +74,7 @@ pub(crate) async fn read_frame<R: AsyncBufRead + Unpin>(
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        return Ok(Some(Frame::Line(line)));
+        return Ok(Some(true));
     }
 }
 

@@ -9,8 +9,8 @@ use super::pumps::{self, ProcEvent, StdinOp};
 use super::signal::{signal_group, signal_tree, ExitInfo, Signal};
 use super::spawn::{self, SpawnRequest};
 use crate::protocol::{
-    encode_notification, ClosedParams, ExitedParams, OutputParams, ProcessClosed, ProcessExited,
-    ProcessInfo, ProcessOutput, ReadParams, ReadResult, StartParams, Stream,
+    encode_notification, encode_output, ClosedParams, ExitedParams, ProcessClosed, ProcessExited,
+    ProcessInfo, ReadParams, ReadResult, StartParams, Stream,
 };
 
 /// Why a resize failed.
@@ -114,16 +114,8 @@ impl Entry {
 
     /// Encodes a chunk's `process/output` notification, then retains the chunk.
     pub(crate) fn push_output(&mut self, stream: Stream, bytes: Vec<u8>) -> String {
-        let seq = self.output.last_seq() + 1;
-        let params = OutputParams {
-            process_id: self.id.clone(),
-            seq,
-            stream,
-            chunk: crate::protocol::Base64(bytes),
-        };
-        let line =
-            encode_notification::<ProcessOutput>(&params, params.chunk.0.len() * 4 / 3 + 128);
-        self.output.push(stream, params.chunk.0);
+        let line = encode_output(&self.id, self.output.last_seq() + 1, stream, &bytes);
+        self.output.push(stream, bytes);
         line
     }
 

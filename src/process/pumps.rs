@@ -15,6 +15,7 @@ use super::signal::ExitInfo;
 use super::spawn::{wait_exit, ChildIo};
 use crate::protocol::Stream;
 
+/// Largest output chunk: one read of a (grown) pipe or a terminal.
 const READ_BUFFER: usize = 64 * 1024;
 /// Queued stdin writes per process before `process/write` is refused.
 pub(crate) const STDIN_QUEUE: usize = 1024;

@@ -87,11 +87,13 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> io::Result<Spawned> {
     let pidfd = pidfd_open(pid)?;
     let io = match master {
         Some(master) => ChildIo::Pty { master },
-        None => ChildIo::Pipes {
-            stdin: child.stdin.take(),
-            stdout: child.stdout.take().ok_or_else(|| io::Error::other("stdout pipe missing"))?,
-            stderr: child.stderr.take().ok_or_else(|| io::Error::other("stderr pipe missing"))?,
-        },
+        None => {
+            let stdout =
+                child.stdout.take().ok_or_else(|| io::Error::other("stdout pipe missing"))?;
+            let stderr =
+                child.stderr.take().ok_or_else(|| io::Error::other("stderr pipe missing"))?;
+            ChildIo::Pipes { stdin: child.stdin.take(), stdout, stderr }
+        }
     };
     Ok(Spawned { pid, pidfd, io })
 }
