@@ -87,7 +87,8 @@ pub(crate) fn spawn_reader<R>(
 where
     R: AsyncBufRead + Unpin + Send + 'static,
 {
-    let (tx, rx) = mpsc::channel(64);
+    // Lines can be tens of MiB: read ahead only a few, the pipe holds the rest.
+    let (tx, rx) = mpsc::channel(4);
     let task = tokio::spawn(async move {
         loop {
             match read_frame(&mut reader, limit).await {
