@@ -87,8 +87,8 @@ pub(crate) fn spawn_reader<R>(
 where
     R: AsyncBufRead + Unpin + Send + 'static,
 {
-    // Lines can be tens of MiB: read ahead only a few, the pipe holds the rest.
-    let (tx, rx) = mpsc::channel(4);
+    // Lines can be tens of MiB: read ahead only two, the pipe holds the rest.
+    let (tx, rx) = mpsc::channel(2);
     let task = tokio::spawn(async move {
         loop {
             match read_frame(&mut reader, limit).await {
@@ -115,7 +115,7 @@ pub(crate) fn spawn_writer<W>(mut writer: W) -> (mpsc::Sender<String>, JoinHandl
 where
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (tx, mut rx) = mpsc::channel::<String>(32);
+    let (tx, mut rx) = mpsc::channel::<String>(16);
     let task = tokio::spawn(async move {
         while let Some(line) = rx.recv().await {
             write_line(&mut writer, &line).await?;
