@@ -193,17 +193,16 @@ impl ProcessTable {
         };
         if entry.exit.is_some() {
             // Descendants left in the session go too; the answer stays false.
-            entry.signal_tree(Signal::KILL);
+            entry.signal_tree(&[Signal::KILL]);
             return RunningResult { running: false };
         }
         match params.grace_ms {
             Some(grace) => {
-                entry.signal_tree(Signal::TERM);
-                entry.signal_tree(Signal(libc::SIGCONT));
+                entry.signal_tree(&[Signal::TERM, Signal(libc::SIGCONT)]);
                 let deadline = now + Duration::from_millis(grace).min(MAX_WAIT);
                 self.timers.push(Reverse((deadline, Timer::KillAfterGrace(entry.serial))));
             }
-            None => entry.signal_tree(Signal::KILL),
+            None => entry.signal_tree(&[Signal::KILL]),
         }
         RunningResult { running: true }
     }
@@ -304,7 +303,7 @@ impl ProcessTable {
                 Timer::KillAfterGrace(serial) => {
                     if let Some(entry) = self.entry_by_serial(serial) {
                         if entry.exit.is_none() {
-                            entry.signal_tree(Signal::KILL);
+                            entry.signal_tree(&[Signal::KILL]);
                         }
                     }
                 }
@@ -324,7 +323,7 @@ impl ProcessTable {
             entry.signal(Signal::KILL);
             sessions.push(entry.pid);
         }
-        signal::signal_sessions(&sessions, Signal::KILL);
+        signal::signal_sessions(&sessions, &[Signal::KILL]);
     }
 
     /// No process is running or has undelivered notifications.

@@ -97,10 +97,10 @@ impl Entry {
         }
     }
 
-    /// Sends `signal` to the group and everything else in the process's session
+    /// Sends `signals` to the group and everything else in the process's session
     /// (`process/terminate`, shutdown).
-    pub(crate) fn signal_tree(&self, signal: Signal) {
-        if let Err(error) = signal_tree(self.pid, signal) {
+    pub(crate) fn signal_tree(&self, signals: &[Signal]) {
+        if let Err(error) = signal_tree(self.pid, signals) {
             tracing::warn!(id = %self.id, pid = self.pid, %error, "signalling the process tree failed");
         }
     }
@@ -168,7 +168,7 @@ impl Entry {
 impl Drop for Entry {
     fn drop(&mut self) {
         // The leader is unreaped until here, so its pid still names our group and session.
-        let _ = signal_tree(self.pid, Signal::KILL);
+        let _ = signal_tree(self.pid, &[Signal::KILL]);
         self.tasks.abort_all();
         self.stdin = None;
         if !spawn::reap(self.pid) {
