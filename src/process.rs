@@ -292,11 +292,8 @@ impl ProcessTable {
                         self.answer(parked, out);
                     }
                 }
-                Timer::ExitDrain(serial) => {
+                Timer::ExitDrain(serial) | Timer::Forget(serial) => {
                     if let Some(id) = self.ids.get(&serial).cloned() {
-                        if let Some(entry) = self.entries.get_mut(&id) {
-                            entry.drain_expired = true;
-                        }
                         self.settle(&id, now, out);
                     }
                 }
@@ -305,11 +302,6 @@ impl ProcessTable {
                         if entry.exit.is_none() {
                             entry.signal_tree(&[Signal::KILL]);
                         }
-                    }
-                }
-                Timer::Forget(serial) => {
-                    if let Some(id) = self.ids.get(&serial).cloned() {
-                        self.settle(&id, now, out);
                     }
                 }
             }
@@ -364,7 +356,8 @@ impl ProcessTable {
         let Some(entry) = self.entries.get_mut(id) else { return };
         let mut woke = false;
         if let Some(exit) = entry.exit.clone() {
-            if !entry.exit_reported && (entry.open_streams == 0 || entry.drain_expired) {
+            let drained = entry.exited_at.is_some_and(|at| now >= at + EXIT_DRAIN);
+            if !entry.exit_reported && (entry.open_streams == 0 || drained) {
                 out.push(entry.report_exit(&exit));
                 woke = true;
             }

@@ -33,7 +33,6 @@ pub(crate) struct Entry {
     /// Seq of the last chunk sent before `process/exited`.
     exit_seq: u64,
     pub(crate) open_streams: u8,
-    pub(crate) drain_expired: bool,
     pub(crate) closed_reported: bool,
     /// When the exit was observed; the id is reserved for a while after.
     pub(crate) exited_at: Option<tokio::time::Instant>,
@@ -81,7 +80,6 @@ impl Entry {
             exit_reported: false,
             exit_seq: 0,
             open_streams: handles.open_streams,
-            drain_expired: false,
             closed_reported: false,
             exited_at: None,
             stdin: handles.stdin,
