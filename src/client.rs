@@ -134,9 +134,9 @@ impl Client {
         let (outgoing, writer) = transport::spawn_writer(writer);
         let reader = tokio::spawn(read_loop(reader, shared.clone()));
         let params = InitializeParams { client_name: options.client_name };
-        let handshake = Handshake { shared: &shared, outgoing: &outgoing };
         let deadline = options.handshake_timeout;
-        let info = match tokio::time::timeout(deadline, handshake.run(params)).await {
+        let info = match tokio::time::timeout(deadline, handshake(&shared, &outgoing, params)).await
+        {
             Ok(Ok(info)) => info,
             Ok(Err(error)) => {
                 reader.abort();
@@ -182,17 +182,8 @@ impl Client {
     /// Calls method `M` and decodes its result.
     pub async fn call<M: Method>(&self, params: &M::Params) -> Result<M::Result, Error> {
         let id = RequestId::from(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
-        let line = encode_request::<M>(&id, params)
-            .map_err(|e| Error::Encode(format!("{} params: {e}", M::NAME)))?;
-        let (tx, rx) = oneshot::channel();
-        self.inner.shared.add_pending(id.clone(), tx)?;
-        if self.send_line(line).await.is_err() {
-            self.inner.shared.remove_pending(&id);
-            return Err(Error::Closed);
-        }
-        let value = rx.await.map_err(|_| Error::Closed)?.map_err(Error::Rpc)?;
-        serde_json::from_value(value)
-            .map_err(|e| Error::Protocol(format!("bad {} result: {e}", M::NAME)))
+        let outgoing = lock(&self.inner.outgoing).clone().ok_or(Error::Closed)?;
+        round_trip::<M>(&self.inner.shared, &outgoing, id, params).await
     }
 
     /// Starts a process and returns its handle. The handle is registered before
@@ -242,11 +233,6 @@ impl Client {
 
     pub(crate) fn shared(&self) -> &Shared {
         &self.inner.shared
-    }
-
-    async fn send_line(&self, line: String) -> Result<(), Error> {
-        let outgoing = lock(&self.inner.outgoing).clone().ok_or(Error::Closed)?;
-        outgoing.send(line).await.map_err(|_| Error::Closed)
     }
 }
 
@@ -316,30 +302,40 @@ impl EventStream {
     }
 }
 
-struct Handshake<'a> {
-    shared: &'a Arc<Shared>,
-    outgoing: &'a mpsc::Sender<String>,
+/// Sends request `M` with `id` and awaits its decoded result.
+async fn round_trip<M: Method>(
+    shared: &Shared,
+    outgoing: &mpsc::Sender<String>,
+    id: RequestId,
+    params: &M::Params,
+) -> Result<M::Result, Error> {
+    let line = encode_request::<M>(&id, params)
+        .map_err(|e| Error::Encode(format!("{} params: {e}", M::NAME)))?;
+    let (tx, rx) = oneshot::channel();
+    shared.add_pending(id.clone(), tx)?;
+    if outgoing.send(line).await.is_err() {
+        shared.remove_pending(&id);
+        return Err(Error::Closed);
+    }
+    let value = rx.await.map_err(|_| Error::Closed)?.map_err(Error::Rpc)?;
+    serde_json::from_value(value)
+        .map_err(|e| Error::Protocol(format!("bad {} result: {e}", M::NAME)))
 }
 
-impl Handshake<'_> {
-    async fn run(self, params: InitializeParams) -> Result<InitializeResult, Error> {
-        let id = RequestId::from(1);
-        let (tx, rx) = oneshot::channel();
-        self.shared.add_pending(id.clone(), tx)?;
-        let line = encode_request::<Initialize>(&id, &params)
-            .map_err(|e| Error::Encode(format!("initialize params: {e}")))?;
-        self.outgoing.send(line).await.map_err(|_| Error::Closed)?;
-        let value = rx.await.map_err(|_| Error::Closed)?.map_err(Error::Rpc)?;
-        let info: InitializeResult = serde_json::from_value(value)
-            .map_err(|e| Error::Protocol(format!("bad initialize result: {e}")))?;
-        if info.protocol_version != PROTOCOL_VERSION {
-            return Err(Error::Protocol(format!(
-                "server speaks {}, not {PROTOCOL_VERSION}",
-                info.protocol_version
-            )));
-        }
-        Ok(info)
+/// `initialize` (id 1) and the version check.
+async fn handshake(
+    shared: &Shared,
+    outgoing: &mpsc::Sender<String>,
+    params: InitializeParams,
+) -> Result<InitializeResult, Error> {
+    let info = round_trip::<Initialize>(shared, outgoing, RequestId::from(1), &params).await?;
+    if info.protocol_version != PROTOCOL_VERSION {
+        return Err(Error::Protocol(format!(
+            "server speaks {}, not {PROTOCOL_VERSION}",
+            info.protocol_version
+        )));
     }
+    Ok(info)
 }
 
 async fn read_loop<R: AsyncRead + Unpin>(reader: R, shared: Arc<Shared>) {
