@@ -36,6 +36,8 @@ mod error;
 mod executor;
 mod filesystem;
 mod fs;
+#[doc(hidden)]
+pub mod host;
 mod launcher;
 mod process;
 mod protocol;

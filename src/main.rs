@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
 use exec_server::server::{self, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_PROCESSES};
-use exec_server::{Config, OnEof, Stdio};
+use exec_server::{host, Config, OnEof, Stdio};
 use tracing_subscriber::EnvFilter;
 
 /// A subprocess and filesystem sidecar speaking exec-server.v0 (newline-delimited JSON-RPC) on stdin/stdout.
@@ -38,6 +38,8 @@ enum EofMode {
 fn main() -> ExitCode {
     limit_heap_growth();
     let cli = Cli::parse();
+    // Before any thread exists: the watcher is forked from this process.
+    let watcher = host::start_watcher();
     let filter = match &cli.log_level {
         Some(level) => EnvFilter::try_new(level),
         None => EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new("warn")),
@@ -55,6 +57,12 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
         .init();
+    if let Err(error) = watcher {
+        tracing::warn!(%error, "cannot start the watcher; children may outlive a SIGKILLed server");
+    }
+    if let Err(error) = host::become_subreaper() {
+        tracing::warn!(%error, "cannot become a child subreaper");
+    }
     let config = Config {
         max_message_bytes: cli.max_message_bytes,
         max_processes: cli.max_processes,
@@ -67,7 +75,9 @@ fn main() -> ExitCode {
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
-        .max_blocking_threads(4096)
+        // fs calls (at most FS_IN_FLIGHT at once), /proc sweeps and stdio that is
+        // not a pipe: the thread count stays small and fixed.
+        .max_blocking_threads(8)
         .enable_all()
         .build()
     {
@@ -79,9 +89,16 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         let shutdown = shutdown_signal()?;
+        let reaper = tokio::spawn(host::reap_orphans());
         let Stdio { reader, writer, guard } = Stdio::open();
         let result = server::run_until(reader, writer, config, shutdown).await;
         drop(guard);
+        // Whatever escaped its session (setsid) but is still below us goes too.
+        let leftovers = host::kill_descendants();
+        if leftovers > 0 {
+            tracing::debug!(leftovers, "killed descendants that had left their sessions");
+        }
+        reaper.abort();
         result
     });
     // stdin's reader thread may still be blocked in read(2); do not wait for it.
@@ -107,15 +124,35 @@ fn limit_heap_growth() {
     }
 }
 
-/// Completes on the first SIGTERM or SIGINT.
+/// Completes on the first SIGTERM, SIGINT, SIGHUP (the hangup of `ssh -tt`)
+/// or SIGQUIT. SIGUSR1 and SIGUSR2 are logged and otherwise ignored (a handler,
+/// not SIG_IGN, so children do not inherit "ignored"); Rust already ignores SIGPIPE.
 fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut quit = signal(SignalKind::quit())?;
+    let mut usr1 = signal(SignalKind::user_defined1())?;
+    let mut usr2 = signal(SignalKind::user_defined2())?;
     Ok(async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+        loop {
+            let name = tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+                _ = hup.recv() => "SIGHUP",
+                _ = quit.recv() => "SIGQUIT",
+                _ = usr1.recv() => {
+                    tracing::info!("ignoring SIGUSR1");
+                    continue;
+                }
+                _ = usr2.recv() => {
+                    tracing::info!("ignoring SIGUSR2");
+                    continue;
+                }
+            };
+            tracing::info!(signal = name, "shutting down");
+            return;
         }
     })
 }

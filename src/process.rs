@@ -4,25 +4,35 @@
 //! through [`ProcEvent`]s; the loop hands them to [`ProcessTable::on_event`], and
 //! calls [`ProcessTable::on_timers`] when [`ProcessTable::next_deadline`] passes.
 //! Encoded messages for the client are pushed onto an outbox `Vec<String>` in order.
+//! Nothing here blocks: `/proc` sweeps run as blocking tasks the table owns
+//! (the loop polls [`ProcessTable::next_sweep`]), and reaping never waits.
 
 mod entry;
 mod output;
 mod pumps;
+mod registry;
 mod signal;
 mod spawn;
+mod timers;
+mod tree;
+mod watcher;
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use self::entry::Entry;
 pub(crate) use self::pumps::ProcEvent;
-use self::pumps::StdinOp;
+use self::pumps::{StdinError, StdinOp, STDIN_LIMIT};
+pub(crate) use self::registry::{kill_descendants, reap_orphans};
 use self::signal::Signal;
+use self::timers::{Timer, TimerKey, Timers};
+use self::tree::Session;
+pub(crate) use self::watcher::start as start_watcher;
 use crate::protocol::{
     encode_response, ErrorObject, ListResult, ReadParams, ReadResult, ResizeParams, RunningResult,
     SandboxMode, SignalParams, StartParams, StartResult, TerminateParams, WriteParams, WriteResult,
@@ -34,6 +44,8 @@ pub(crate) use self::output::RETAINED_BYTES;
 const EXIT_DRAIN: Duration = Duration::from_millis(250);
 /// Longest `waitMs` honoured (one day).
 const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
+/// `process/read`s waiting at once per connection.
+pub(crate) const MAX_PARKED: usize = 10_000;
 
 /// Limits of one table.
 #[derive(Debug, Clone, Copy)]
@@ -49,18 +61,11 @@ pub(crate) enum ReadOutcome {
     Parked,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Timer {
-    ReadDeadline(u64),
-    ExitDrain(u64),
-    KillAfterGrace(u64),
-    Forget(u64),
-}
-
 struct ParkedRead {
     request: crate::protocol::RequestId,
     serial: u64,
     params: ReadParams,
+    deadline: TimerKey,
 }
 
 /// Every process one connection started, by client id.
@@ -69,8 +74,12 @@ pub(crate) struct ProcessTable {
     ids: HashMap<u64, String>,
     next_serial: u64,
     events: mpsc::Sender<ProcEvent>,
-    timers: BinaryHeap<Reverse<(Instant, Timer)>>,
-    parked: BTreeMap<u64, ParkedRead>,
+    timers: Timers,
+    /// Parked reads by wait id, and the wait ids of each process serial.
+    parked: HashMap<u64, ParkedRead>,
+    parked_by_process: HashMap<u64, BTreeSet<u64>>,
+    /// `/proc` sweeps in flight (blocking tasks); each yields how many it signalled.
+    sweeps: JoinSet<usize>,
     limits: Limits,
 }
 
@@ -82,8 +91,10 @@ impl ProcessTable {
             ids: HashMap::new(),
             next_serial: 1,
             events,
-            timers: BinaryHeap::new(),
-            parked: BTreeMap::new(),
+            timers: Timers::default(),
+            parked: HashMap::new(),
+            parked_by_process: HashMap::new(),
+            sweeps: JoinSet::new(),
             limits,
         }
     }
@@ -143,19 +154,25 @@ impl ProcessTable {
         let wait = params.wait_ms.map(Duration::from_millis).filter(|w| !w.is_zero());
         match wait {
             Some(wait) if !entry.output.has_after(after) && !entry.exit_reported => {
+                if self.parked.len() >= MAX_PARKED {
+                    return Err(ErrorObject::invalid_request(format!(
+                        "too many waiting reads: the limit is {MAX_PARKED} per connection; answer some before parking more"
+                    )));
+                }
                 let serial = entry.serial;
                 let wait_id = self.next_serial;
                 self.next_serial += 1;
-                let deadline = now + wait.min(MAX_WAIT);
-                self.timers.push(Reverse((deadline, Timer::ReadDeadline(wait_id))));
-                self.parked.insert(wait_id, ParkedRead { request, serial, params });
+                let at = now + wait.min(MAX_WAIT);
+                let deadline = self.timers.schedule(at, Timer::ReadDeadline(wait_id));
+                self.parked.insert(wait_id, ParkedRead { request, serial, params, deadline });
+                self.parked_by_process.entry(serial).or_default().insert(wait_id);
                 Ok(ReadOutcome::Parked)
             }
             _ => Ok(ReadOutcome::Ready(entry.read(&params))),
         }
     }
 
-    /// `process/write`.
+    /// `process/write`: queued for the process's stdin, bounded in bytes.
     pub(crate) fn write(&mut self, params: WriteParams) -> Result<WriteResult, ErrorObject> {
         let id = &params.process_id;
         let entry = self.get_mut(id)?;
@@ -165,17 +182,21 @@ impl ProcessTable {
             )));
         }
         let closed = || ErrorObject::invalid_request(format!("stdin is closed for process {id}"));
+        // A terminal whose every holder is gone takes no input: refuse rather
+        // than accept bytes that nobody can read.
+        if entry.tty && entry.open_streams == 0 {
+            entry.stdin = None;
+        }
         let stdin = entry.stdin.as_ref().ok_or_else(closed)?;
         let op = StdinOp { bytes: params.chunk.0, close: params.close_stdin };
-        match stdin.try_send(op) {
+        match stdin.push(op) {
             Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => {
+            Err(StdinError::Full(queued)) => {
                 return Err(ErrorObject::invalid_request(format!(
-                    "stdin of process {id} is full: {} writes are waiting for the process to read",
-                    pumps::STDIN_QUEUE
+                    "stdin of process {id} is full: {queued} bytes wait for it to read, and the limit is {STDIN_LIMIT} bytes"
                 )))
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
+            Err(StdinError::Closed) => {
                 entry.stdin = None;
                 return Err(closed());
             }
@@ -193,16 +214,22 @@ impl ProcessTable {
         };
         if entry.exit.is_some() {
             // Descendants left in the session go too; the answer stays false.
-            entry.signal_tree(&[Signal::KILL]);
+            let session = entry.signal_tree(&[Signal::KILL]);
+            self.sweep(vec![session], &[Signal::KILL]);
             return RunningResult { running: false };
         }
         match params.grace_ms {
             Some(grace) => {
-                entry.signal_tree(&[Signal::TERM, Signal(libc::SIGCONT)]);
+                let signals = [Signal::TERM, Signal(libc::SIGCONT)];
+                let session = entry.signal_tree(&signals);
                 let deadline = now + Duration::from_millis(grace).min(MAX_WAIT);
-                self.timers.push(Reverse((deadline, Timer::KillAfterGrace(entry.serial))));
+                self.timers.schedule(deadline, Timer::KillAfterGrace(entry.serial));
+                self.sweep(vec![session], &signals);
             }
-            None => entry.signal_tree(&[Signal::KILL]),
+            None => {
+                let session = entry.signal_tree(&[Signal::KILL]);
+                self.sweep(vec![session], &[Signal::KILL]);
+            }
         }
         RunningResult { running: true }
     }
@@ -265,10 +292,11 @@ impl ProcessTable {
                 tracing::debug!(%id, code = exit.code, signal = ?exit.signal, "exited");
                 entry.exit = Some(exit);
                 entry.exited_at = Some(now);
+                entry.reap();
                 if entry.open_streams > 0 {
-                    self.timers.push(Reverse((now + EXIT_DRAIN, Timer::ExitDrain(serial))));
+                    self.timers.schedule(now + EXIT_DRAIN, Timer::ExitDrain(serial));
                 }
-                self.timers.push(Reverse((now + self.limits.reservation, Timer::Forget(serial))));
+                self.timers.schedule(now + self.limits.reservation, Timer::Forget(serial));
                 self.settle(&id, now, out);
             }
         }
@@ -276,19 +304,15 @@ impl ProcessTable {
 
     /// When the next timer is due.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        self.timers.peek().map(|Reverse((at, _))| *at)
+        self.timers.next_deadline()
     }
 
     /// Fires every timer due at `now`.
     pub(crate) fn on_timers(&mut self, now: Instant, out: &mut Vec<String>) {
-        while let Some(Reverse((at, timer))) = self.timers.peek().copied() {
-            if at > now {
-                break;
-            }
-            self.timers.pop();
+        while let Some(timer) = self.timers.pop_due(now) {
             match timer {
                 Timer::ReadDeadline(wait_id) => {
-                    if let Some(parked) = self.parked.remove(&wait_id) {
+                    if let Some(parked) = self.unpark(wait_id) {
                         self.answer(parked, out);
                     }
                 }
@@ -298,10 +322,11 @@ impl ProcessTable {
                     }
                 }
                 Timer::KillAfterGrace(serial) => {
+                    // The whole tree, even when the leader has exited meanwhile:
+                    // what ignored SIGTERM must not outlive the grace period.
                     if let Some(entry) = self.entry_by_serial(serial) {
-                        if entry.exit.is_none() {
-                            entry.signal_tree(&[Signal::KILL]);
-                        }
+                        let session = entry.signal_tree(&[Signal::KILL]);
+                        self.sweep(vec![session], &[Signal::KILL]);
                     }
                 }
             }
@@ -310,12 +335,24 @@ impl ProcessTable {
 
     /// Kills every process group and session (connection end), in one sweep.
     pub(crate) fn kill_all(&mut self) {
-        let mut sessions = Vec::with_capacity(self.entries.len());
-        for entry in self.entries.values() {
-            entry.signal(Signal::KILL);
-            sessions.push(entry.pid);
+        let sessions: Vec<Session> =
+            self.entries.values().map(|entry| entry.signal_tree(&[Signal::KILL])).collect();
+        self.sweep(sessions, &[Signal::KILL]);
+    }
+
+    /// Completes when a `/proc` sweep finishes; pending forever when none runs.
+    pub(crate) async fn next_sweep(&mut self) {
+        match self.sweeps.join_next().await {
+            Some(Ok(count)) => tracing::trace!(count, "sweep signalled processes"),
+            Some(Err(error)) => tracing::warn!(%error, "a process sweep failed"),
+            None => std::future::pending().await,
         }
-        signal::signal_sessions(&sessions, &[Signal::KILL]);
+    }
+
+    /// Timers and parked reads held (for tests of cancellation).
+    #[cfg(test)]
+    pub(crate) fn pending_counts(&self) -> (usize, usize) {
+        (self.timers.len(), self.parked.len())
     }
 
     /// No process is running or has undelivered notifications.
@@ -325,8 +362,12 @@ impl ProcessTable {
 
     /// Answers every parked read with what there is now.
     pub(crate) fn answer_all_parked(&mut self, out: &mut Vec<String>) {
-        for (_, parked) in std::mem::take(&mut self.parked) {
-            self.answer(parked, out);
+        let mut waits: Vec<u64> = self.parked.keys().copied().collect();
+        waits.sort_unstable();
+        for wait_id in waits {
+            if let Some(parked) = self.unpark(wait_id) {
+                self.answer(parked, out);
+            }
         }
     }
 
@@ -374,25 +415,49 @@ impl ProcessTable {
         if forget {
             tracing::debug!(%id, "forgotten");
             self.ids.remove(&serial);
-            self.entries.remove(id);
+            if let Some(entry) = self.entries.remove(id) {
+                registry::forgotten(entry.pid);
+            }
         }
+    }
+
+    /// Runs a `/proc` sweep of `sessions` off the loop.
+    fn sweep(&mut self, sessions: Vec<Session>, signals: &[Signal]) {
+        if sessions.is_empty() {
+            return;
+        }
+        let signals = signals.to_vec();
+        self.sweeps.spawn_blocking(move || tree::signal_sessions(&sessions, &signals));
+    }
+
+    /// Removes a parked read and its deadline timer.
+    fn unpark(&mut self, wait_id: u64) -> Option<ParkedRead> {
+        let parked = self.parked.remove(&wait_id)?;
+        self.timers.cancel(parked.deadline);
+        if let Some(waits) = self.parked_by_process.get_mut(&parked.serial) {
+            waits.remove(&wait_id);
+            if waits.is_empty() {
+                self.parked_by_process.remove(&parked.serial);
+            }
+        }
+        Some(parked)
     }
 
     /// Answers the parked reads of `serial` that now have something to return.
     fn wake(&mut self, serial: u64, out: &mut Vec<String>) {
-        let ready: Vec<u64> = self
-            .parked
+        let Some(waits) = self.parked_by_process.get(&serial) else { return };
+        let Some(entry) = self.entry_by_serial(serial) else { return };
+        let ready: Vec<u64> = waits
             .iter()
-            .filter(|(_, p)| p.serial == serial)
-            .filter(|(_, p)| {
-                self.entry_by_serial(serial).is_some_and(|e| {
-                    e.exit_reported || e.output.has_after(p.params.after_seq.unwrap_or(0))
+            .copied()
+            .filter(|wait_id| {
+                self.parked.get(wait_id).is_some_and(|p| {
+                    entry.exit_reported || entry.output.has_after(p.params.after_seq.unwrap_or(0))
                 })
             })
-            .map(|(wait_id, _)| *wait_id)
             .collect();
         for wait_id in ready {
-            if let Some(parked) = self.parked.remove(&wait_id) {
+            if let Some(parked) = self.unpark(wait_id) {
                 self.answer(parked, out);
             }
         }
@@ -410,3 +475,6 @@ impl ProcessTable {
 fn unknown(id: &str) -> ErrorObject {
     ErrorObject::invalid_request(format!("unknown process id {id}"))
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,16 @@
-//! The server loop: one task owns the connection state and reacts to input, process events and timers.
+//! The server loop: one task owns the connection state and only routes.
+//!
+//! It reacts to input messages, process events, finished fs calls and sweeps,
+//! room in the writer's queue, timers and the shutdown signal, and never awaits
+//! anything another party can hold up: fs calls run on blocking threads
+//! (`fs_calls`), `/proc` sweeps are blocking tasks of the table, and replies
+//! wait in a bounded [`Outbox`] instead of in a `send().await`. While the
+//! outbox is full the loop stops taking input and process events, which is what
+//! pushes back on a client that does not read, down to the children's pipes.
 
 mod dispatch;
+mod fs_calls;
+mod outbox;
 
 use std::future::Future;
 use std::io;
@@ -11,6 +21,7 @@ use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 
+use self::outbox::Outbox;
 use crate::fs::Roots;
 use crate::process::{Limits, ProcessTable, RETAINED_BYTES};
 use crate::transport;
@@ -23,8 +34,11 @@ pub const DEFAULT_MAX_PROCESSES: usize = 1024;
 pub const DEFAULT_ID_RESERVATION: Duration = Duration::from_secs(30);
 /// Process events (output chunks of up to 64 KiB) queued for the loop.
 const EVENT_QUEUE: usize = 64;
-/// How long a killed connection waits for its processes' streams to close.
-const KILL_DRAIN: Duration = Duration::from_secs(2);
+/// How long a killed connection waits for its processes' streams to close
+/// (and its fs calls to finish) before it ends anyway.
+const KILL_DRAIN: Duration = Duration::from_millis(500);
+/// How long the last replies may take to reach a client at the end.
+const FINAL_FLUSH: Duration = Duration::from_millis(400);
 
 /// What a server does when its input ends.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -82,7 +96,7 @@ where
     S: Future<Output = ()>,
 {
     let roots = Roots::new(&config.roots)?;
-    let (mut frames, reader_task) = transport::spawn_reader(
+    let (mut incoming, reader_task) = transport::spawn_reader(
         BufReader::with_capacity(64 * 1024, reader),
         config.max_message_bytes,
     );
@@ -95,15 +109,16 @@ where
     };
     let mut state = dispatch::State::new(roots, ProcessTable::new(events_tx, limits));
     let mut out = Vec::new();
+    let mut outbox = Outbox::default();
     let mut input_open = true;
-    let mut writer_open = true;
     let mut drain_deadline: Option<Instant> = None;
     tokio::pin!(shutdown);
     loop {
         let timer = state.table.next_deadline();
+        let room = outbox.has_room();
         tokio::select! {
-            frame = frames.recv(), if input_open => match frame {
-                Some(frame) => state.on_frame(frame, &mut out).await,
+            message = incoming.recv(), if input_open && room && state.fs.has_room() => match message {
+                Some(message) => state.on_incoming(message, &mut out),
                 None => {
                     tracing::debug!("input ended");
                     input_open = false;
@@ -113,7 +128,19 @@ where
                     }
                 }
             },
-            Some(event) = events.recv() => state.table.on_event(event, Instant::now(), &mut out),
+            Some(event) = events.recv(), if room => state.table.on_event(event, Instant::now(), &mut out),
+            line = state.fs.next_reply() => out.push(line),
+            () = state.table.next_sweep() => {}
+            permit = lines.reserve(), if outbox.has_lines() => match permit {
+                Ok(permit) => outbox.send(permit, &lines),
+                Err(_) => {
+                    tracing::debug!("output closed; ending the connection");
+                    outbox.close();
+                    input_open = false;
+                    state.table.kill_all();
+                    drain_deadline.get_or_insert(Instant::now() + KILL_DRAIN);
+                }
+            },
             () = sleep_until(timer.unwrap_or_else(Instant::now)), if timer.is_some() => {
                 state.table.on_timers(Instant::now(), &mut out);
             }
@@ -124,43 +151,35 @@ where
                 drain_deadline = Some(Instant::now() + KILL_DRAIN);
             }
             () = sleep_until(drain_deadline.unwrap_or_else(Instant::now)), if drain_deadline.is_some() => {
-                tracing::warn!("processes still hold their output open after being killed; closing");
+                tracing::warn!("processes or fs calls still busy after the connection ended; closing");
                 break;
             }
         }
-        if writer_open && !send_all(&lines, &mut out).await {
-            tracing::debug!("output closed; ending the connection");
-            writer_open = false;
-            input_open = false;
-            state.table.kill_all();
-            drain_deadline = Some(Instant::now() + KILL_DRAIN);
-        }
-        out.clear();
-        if !input_open && state.table.is_settled() {
+        outbox.extend(&mut out);
+        if !input_open && state.table.is_settled() && state.fs.is_idle() && !outbox.has_lines() {
             break;
         }
     }
     state.table.answer_all_parked(&mut out);
-    if writer_open {
-        send_all(&lines, &mut out).await;
+    outbox.extend(&mut out);
+    let flushed = tokio::time::timeout(FINAL_FLUSH, outbox.flush(&lines)).await;
+    if flushed.is_err() {
+        tracing::warn!("the client did not read the last replies in time; dropping them");
     }
-    // Dropping the table kills what is left and reaps every child.
+    // Dropping the state kills what is left; fs calls still in a syscall are abandoned.
     drop(state);
     drop(lines);
     reader_task.abort();
-    match writer_task.await {
+    let mut writer_task = writer_task;
+    match tokio::time::timeout(FINAL_FLUSH, &mut writer_task).await {
         // The client closing its end is how a connection may end; not an error.
-        Ok(Err(error)) if error.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-        Ok(result) => result,
-        Err(error) => Err(io::Error::other(error)),
-    }
-}
-
-async fn send_all(lines: &mpsc::Sender<String>, out: &mut Vec<String>) -> bool {
-    for line in out.drain(..) {
-        if lines.send(line).await.is_err() {
-            return false;
+        Ok(Ok(Err(error))) if error.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        Ok(Ok(result)) => result,
+        Ok(Err(error)) => Err(io::Error::other(error)),
+        Err(_) => {
+            tracing::warn!("the client stopped reading; leaving its last replies unsent");
+            writer_task.abort();
+            Ok(())
         }
     }
-    true
 }

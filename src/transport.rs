@@ -6,11 +6,23 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use crate::protocol::{DecodeError, Message};
+
 /// One unit read from the input.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Frame {
     /// A non-blank line without its `\n` or `\r\n`.
     Line(Vec<u8>),
+    /// A line longer than the limit; its bytes were discarded.
+    TooLong { limit: usize },
+}
+
+/// One unit for the server loop: a decoded message (parsing happens in the
+/// reader task, off the loop) or a line that was too long.
+#[derive(Debug)]
+pub(crate) enum Incoming {
+    /// A line decoded into a message, and the line's length in bytes.
+    Message(Result<Message, DecodeError>, usize),
     /// A line longer than the limit; its bytes were discarded.
     TooLong { limit: usize },
 }
@@ -78,12 +90,13 @@ pub(crate) async fn read_line_into<R: AsyncBufRead + Unpin>(
     }
 }
 
-/// Spawns the task that owns `reader` and feeds frames into a bounded channel.
-/// The channel closes at end of input; a read error is logged and ends it too.
+/// Spawns the task that owns `reader`, decodes each line and feeds the
+/// messages into a bounded channel. The channel closes at end of input; a read
+/// error is logged and ends it too.
 pub(crate) fn spawn_reader<R>(
     mut reader: R,
     limit: usize,
-) -> (mpsc::Receiver<Frame>, JoinHandle<()>)
+) -> (mpsc::Receiver<Incoming>, JoinHandle<()>)
 where
     R: AsyncBufRead + Unpin + Send + 'static,
 {
@@ -91,9 +104,18 @@ where
     let (tx, rx) = mpsc::channel(2);
     let task = tokio::spawn(async move {
         loop {
-            match read_frame(&mut reader, limit).await {
-                Ok(Some(frame)) => {
-                    if tx.send(frame).await.is_err() {
+            let incoming = match read_frame(&mut reader, limit).await {
+                Ok(Some(Frame::Line(line))) => {
+                    let message = Message::decode(&line);
+                    Ok(Some(Incoming::Message(message, line.len())))
+                }
+                Ok(Some(Frame::TooLong { limit })) => Ok(Some(Incoming::TooLong { limit })),
+                Ok(None) => Ok(None),
+                Err(error) => Err(error),
+            };
+            match incoming {
+                Ok(Some(incoming)) => {
+                    if tx.send(incoming).await.is_err() {
                         break;
                     }
                 }

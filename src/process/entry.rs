@@ -5,9 +5,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::output::OutputLog;
-use super::pumps::{self, ProcEvent, StdinOp};
-use super::signal::{signal_group, signal_tree, ExitInfo, Signal};
+use super::pumps::{self, ProcEvent, StdinQueue};
+use super::registry;
+use super::signal::{signal_group, ExitInfo, Signal};
 use super::spawn::{self, SpawnRequest};
+use super::tree::{self, Session};
 use crate::protocol::{
     encode_notification, encode_output, ClosedParams, ExitedParams, ProcessClosed, ProcessExited,
     ProcessInfo, ReadParams, ReadResult, StartParams, Stream,
@@ -19,7 +21,8 @@ pub(crate) enum ResizeError {
     Io(std::io::Error),
 }
 
-/// A started process. Dropping it kills its process group and reaps it.
+/// A started process. Dropping it kills its process group (if the leader is
+/// still unreaped) and aborts its tasks.
 pub(crate) struct Entry {
     pub(crate) serial: u64,
     pub(crate) id: String,
@@ -36,7 +39,9 @@ pub(crate) struct Entry {
     pub(crate) closed_reported: bool,
     /// When the exit was observed; the id is reserved for a while after.
     pub(crate) exited_at: Option<tokio::time::Instant>,
-    pub(crate) stdin: Option<mpsc::Sender<StdinOp>>,
+    /// When the leader was reaped, in `/proc` clock ticks; `None` while unreaped.
+    reaped_at: Option<u64>,
+    pub(crate) stdin: Option<StdinQueue>,
     master: Option<Box<dyn MasterPty + Send>>,
     tasks: JoinSet<()>,
 }
@@ -64,8 +69,13 @@ impl Entry {
         {
             Ok(handles) => handles,
             Err(error) => {
+                // Killed and left to the orphan reaper: never wait on the loop.
                 let _ = signal_group(pid, Signal::KILL);
-                spawn::reap_blocking(pid);
+                if spawn::reap(pid) {
+                    registry::reaped(pid);
+                } else {
+                    registry::disown(pid);
+                }
                 return Err(error);
             }
         };
@@ -82,6 +92,7 @@ impl Entry {
             open_streams: handles.open_streams,
             closed_reported: false,
             exited_at: None,
+            reaped_at: None,
             stdin: handles.stdin,
             master: handles.master,
             tasks,
@@ -95,11 +106,28 @@ impl Entry {
         }
     }
 
-    /// Sends `signals` to the group and everything else in the process's session
-    /// (`process/terminate`, shutdown).
-    pub(crate) fn signal_tree(&self, signals: &[Signal]) {
-        if let Err(error) = signal_tree(self.pid, signals) {
-            tracing::warn!(id = %self.id, pid = self.pid, %error, "signalling the process tree failed");
+    /// Sends `signals` to the process group while the leader is unreaped (safe:
+    /// its zombie holds the group id), and returns the session to sweep off the
+    /// loop for the rest of the tree (`process/terminate`, shutdown).
+    pub(crate) fn signal_tree(&self, signals: &[Signal]) -> Session {
+        if self.reaped_at.is_none() {
+            for &signal in signals {
+                self.signal(signal);
+            }
+        }
+        self.session()
+    }
+
+    /// This process's session, for a sweep.
+    pub(crate) fn session(&self) -> Session {
+        Session { sid: self.pid, bound: self.reaped_at.unwrap_or_else(tree::boot_ticks) + 1 }
+    }
+
+    /// Reaps the leader after its exit was observed (never blocks).
+    pub(crate) fn reap(&mut self) {
+        if self.reaped_at.is_none() && spawn::reap(self.pid) {
+            self.reaped_at = Some(tree::boot_ticks());
+            registry::reaped(self.pid);
         }
     }
 
@@ -165,12 +193,17 @@ impl Entry {
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        // The leader is unreaped until here, so its pid still names our group and session.
-        let _ = signal_tree(self.pid, &[Signal::KILL]);
         self.tasks.abort_all();
         self.stdin = None;
-        if !spawn::reap(self.pid) {
-            spawn::reap_blocking(self.pid);
+        if self.reaped_at.is_none() {
+            // The leader is unreaped, so its pid still names our group.
+            let _ = signal_group(self.pid, Signal::KILL);
+            if spawn::reap(self.pid) {
+                registry::reaped(self.pid);
+            } else {
+                // Dying now: the binary's orphan reaper collects it.
+                registry::disown(self.pid);
+            }
         }
         drop(self.master.take());
     }

@@ -1,13 +1,18 @@
 //! The tasks of one process: output readers, the stdin writer and the exit watcher.
 //!
-//! They all live in the process's `JoinSet` and talk to the server loop only
-//! through the bounded event channel, so a slow client applies backpressure.
+//! They all live in the process's `JoinSet`, run on the reactor (pipes and the
+//! pty master alike are non-blocking; no thread per process), and talk to the
+//! server loop only through the bounded event channel, so a slow client applies
+//! backpressure.
 
-use std::io::{self, Read, Write};
-use std::os::fd::OwnedFd;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use portable_pty::MasterPty;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
@@ -17,8 +22,10 @@ use crate::protocol::Stream;
 
 /// Largest output chunk: one read of a (grown) pipe or a terminal.
 const READ_BUFFER: usize = 64 * 1024;
-/// Queued stdin writes per process before `process/write` is refused.
-pub(crate) const STDIN_QUEUE: usize = 1024;
+/// Bytes of stdin queued per process before `process/write` is refused: 8 MiB.
+pub(crate) const STDIN_LIMIT: usize = 8 * 1024 * 1024;
+/// What each queued write counts on top of its bytes (so empty writes are bounded too).
+const STDIN_OVERHEAD: usize = 64;
 
 /// What a process's tasks report to the loop. `serial` names the process.
 #[derive(Debug)]
@@ -35,9 +42,60 @@ pub(crate) struct StdinOp {
     pub(crate) close: bool,
 }
 
+/// Why a stdin write was refused.
+#[derive(Debug)]
+pub(crate) enum StdinError {
+    /// The writer task is gone (the process closed its stdin).
+    Closed,
+    /// Queuing it would pass [`STDIN_LIMIT`]; holds the bytes already queued.
+    Full(usize),
+}
+
+/// The loop's end of a process's stdin: a queue bounded in bytes.
+#[derive(Debug)]
+pub(crate) struct StdinQueue {
+    ops: mpsc::UnboundedSender<StdinOp>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl StdinQueue {
+    fn new() -> (StdinQueue, StdinFeed) {
+        let (ops, rx) = mpsc::unbounded_channel();
+        let queued = Arc::new(AtomicUsize::new(0));
+        (StdinQueue { ops, queued: queued.clone() }, StdinFeed { ops: rx, queued })
+    }
+
+    /// Queues `op` unless that would pass the byte limit.
+    pub(crate) fn push(&self, op: StdinOp) -> Result<(), StdinError> {
+        let weight = op.bytes.len() + STDIN_OVERHEAD;
+        let queued = self.queued.load(Ordering::Acquire);
+        if queued + weight > STDIN_LIMIT {
+            return Err(StdinError::Full(queued));
+        }
+        self.queued.fetch_add(weight, Ordering::AcqRel);
+        self.ops.send(op).map_err(|_| StdinError::Closed)
+    }
+}
+
+/// The writer task's end of a [`StdinQueue`].
+struct StdinFeed {
+    ops: mpsc::UnboundedReceiver<StdinOp>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl StdinFeed {
+    async fn next(&mut self) -> Option<StdinOp> {
+        self.ops.recv().await
+    }
+
+    fn done(&self, op: &StdinOp) {
+        self.queued.fetch_sub(op.bytes.len() + STDIN_OVERHEAD, Ordering::AcqRel);
+    }
+}
+
 /// The handles the loop keeps after the tasks are started.
 pub(crate) struct Handles {
-    pub(crate) stdin: Option<mpsc::Sender<StdinOp>>,
+    pub(crate) stdin: Option<StdinQueue>,
     pub(crate) master: Option<Box<dyn MasterPty + Send>>,
     pub(crate) open_streams: u8,
 }
@@ -60,23 +118,27 @@ pub(crate) fn start(
             let stdin = match stdin {
                 Some(stdin) => {
                     let stdin = tokio::process::ChildStdin::from_std(stdin)?;
-                    let (tx, rx) = mpsc::channel(STDIN_QUEUE);
-                    tasks.spawn(write_pipe(stdin, rx));
-                    Some(tx)
+                    let (queue, feed) = StdinQueue::new();
+                    tasks.spawn(write_pipe(stdin, feed));
+                    Some(queue)
                 }
                 None => None,
             };
             Handles { stdin, master: None, open_streams: 2 }
         }
         ChildIo::Pty { master } => {
-            let reader = master.try_clone_reader().map_err(io::Error::other)?;
-            // A plain dup of the master: portable-pty's own writer sends "\n^D" when dropped.
-            let writer: Box<dyn Write + Send> = Box::new(dup_master(master.as_ref())?);
-            let output = events.clone();
-            tasks.spawn_blocking(move || read_pty(serial, reader, output));
-            let (tx, rx) = mpsc::channel(STDIN_QUEUE);
-            tasks.spawn_blocking(move || write_pty(writer, rx));
-            Handles { stdin: Some(tx), master: Some(master), open_streams: 1 }
+            // A plain dup of the master, non-blocking and driven by the reactor
+            // (portable-pty's own reader and writer block, and its writer sends
+            // "\n^D" when dropped).
+            let fd = dup_master(master.as_ref())?;
+            // SAFETY: the OwnedFd stays open and is not replaced while the AsyncFd owns it.
+            let terminal = Arc::new(unsafe {
+                AsyncFd::register_with_interest(fd, Interest::READABLE | Interest::WRITABLE)
+            }?);
+            tasks.spawn(read_pty(serial, terminal.clone(), events.clone()));
+            let (queue, feed) = StdinQueue::new();
+            tasks.spawn(write_pty(terminal, feed));
+            Handles { stdin: Some(queue), master: Some(master), open_streams: 1 }
         }
     };
     let exits = events.clone();
@@ -87,11 +149,21 @@ pub(crate) fn start(
     Ok(handles)
 }
 
-fn dup_master(master: &dyn MasterPty) -> io::Result<std::fs::File> {
+/// A non-blocking duplicate of the pty master. The flag is shared with the
+/// master's own descriptor, which is only used for resizes.
+fn dup_master(master: &dyn MasterPty) -> io::Result<OwnedFd> {
     let fd = master.as_raw_fd().ok_or_else(|| io::Error::other("terminal has no descriptor"))?;
     // SAFETY: the master owns `fd` and outlives this call; the dup is ours.
     let owned = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()?;
-    Ok(std::fs::File::from(owned))
+    // SAFETY: fcntl on a descriptor we own.
+    let flags = unsafe { libc::fcntl(owned.as_raw_fd(), libc::F_GETFL) };
+    // SAFETY: as above; O_NONBLOCK only changes how reads and writes wait.
+    if flags == -1
+        || unsafe { libc::fcntl(owned.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } == -1
+    {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(owned)
 }
 
 async fn read_pipe<R: AsyncRead + Unpin>(
@@ -120,9 +192,11 @@ async fn read_pipe<R: AsyncRead + Unpin>(
     let _ = events.send(ProcEvent::StreamEnd { serial }).await;
 }
 
-async fn write_pipe(mut stdin: tokio::process::ChildStdin, mut ops: mpsc::Receiver<StdinOp>) {
-    while let Some(op) = ops.recv().await {
-        if let Err(error) = stdin.write_all(&op.bytes).await {
+async fn write_pipe(mut stdin: tokio::process::ChildStdin, mut feed: StdinFeed) {
+    while let Some(op) = feed.next().await {
+        let written = stdin.write_all(&op.bytes).await;
+        feed.done(&op);
+        if let Err(error) = written {
             tracing::debug!(%error, "writing to process stdin failed; closing it");
             return;
         }
@@ -132,31 +206,58 @@ async fn write_pipe(mut stdin: tokio::process::ChildStdin, mut ops: mpsc::Receiv
     }
 }
 
-fn read_pty(serial: u64, mut reader: Box<dyn Read + Send>, events: mpsc::Sender<ProcEvent>) {
+async fn read_pty(serial: u64, terminal: Arc<AsyncFd<OwnedFd>>, events: mpsc::Sender<ProcEvent>) {
     let mut buffer = vec![0; READ_BUFFER];
     loop {
-        match reader.read(&mut buffer) {
-            Ok(0) => break,
-            Ok(n) => {
+        let Ok(mut ready) = terminal.readable().await else { break };
+        let read = ready.try_io(|fd| {
+            // SAFETY: `buffer` is valid for writes of its length.
+            let n = unsafe { libc::read(fd.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len()) };
+            usize::try_from(n).map_err(|_| io::Error::last_os_error())
+        });
+        match read {
+            Err(_would_block) => continue,
+            Ok(Ok(0)) => break,
+            Ok(Ok(n)) => {
                 let bytes = buffer[..n].to_vec();
                 let event = ProcEvent::Output { serial, stream: Stream::Pty, bytes };
-                if events.blocking_send(event).is_err() {
+                if events.send(event).await.is_err() {
                     return;
                 }
             }
-            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Ok(Err(error)) if error.kind() == io::ErrorKind::Interrupted => continue,
             // EIO: every process holding the terminal is gone.
-            Err(_) => break,
+            Ok(Err(_)) => break,
         }
     }
-    let _ = events.blocking_send(ProcEvent::StreamEnd { serial });
+    let _ = events.send(ProcEvent::StreamEnd { serial }).await;
 }
 
-fn write_pty(mut writer: Box<dyn Write + Send>, mut ops: mpsc::Receiver<StdinOp>) {
-    while let Some(op) = ops.blocking_recv() {
-        if let Err(error) = writer.write_all(&op.bytes).and_then(|()| writer.flush()) {
+async fn write_pty(terminal: Arc<AsyncFd<OwnedFd>>, mut feed: StdinFeed) {
+    while let Some(op) = feed.next().await {
+        let written = write_all_nonblocking(&terminal, &op.bytes).await;
+        feed.done(&op);
+        if let Err(error) = written {
             tracing::debug!(%error, "writing to terminal failed");
             return;
         }
     }
+}
+
+async fn write_all_nonblocking(terminal: &AsyncFd<OwnedFd>, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        let mut ready = terminal.writable().await?;
+        let written = ready.try_io(|fd| {
+            // SAFETY: `bytes` is valid for reads of its length.
+            let n = unsafe { libc::write(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
+            usize::try_from(n).map_err(|_| io::Error::last_os_error())
+        });
+        match written {
+            Err(_would_block) => continue,
+            Ok(Ok(n)) => bytes = &bytes[n..],
+            Ok(Err(error)) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Ok(Err(error)) => return Err(error),
+        }
+    }
+    Ok(())
 }

@@ -87,48 +87,6 @@ pub(crate) fn signal_group(pgid: u32, signal: Signal) -> io::Result<()> {
     }
 }
 
-/// Sends each of `signals`, in order, to every process whose session is one of
-/// `sessions`, in one pass over `/proc`.
-///
-/// A child runs in its own session, so its session id is its pid. Signalling the
-/// process group misses descendants that job control moved into groups of their
-/// own (an interactive shell's background jobs); they stay in the session, and
-/// this sweep finds them.
-pub(crate) fn signal_sessions(sessions: &[u32], signals: &[Signal]) {
-    if sessions.is_empty() || signals.is_empty() {
-        return;
-    }
-    let Ok(entries) = std::fs::read_dir("/proc") else { return };
-    for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<libc::pid_t>().ok())
-        else {
-            continue;
-        };
-        // SAFETY: getsid and kill have no memory-safety preconditions.
-        unsafe {
-            let sid = libc::getsid(pid);
-            if sid > 0 && sessions.contains(&(sid as u32)) {
-                for signal in signals {
-                    libc::kill(pid, signal.0);
-                }
-            }
-        }
-    }
-}
-
-/// Sends each of `signals` to the process group and the rest of the session led by `pid`.
-pub(crate) fn signal_tree(pid: u32, signals: &[Signal]) -> io::Result<()> {
-    let mut result = Ok(());
-    for &signal in signals {
-        let sent = signal_group(pid, signal);
-        if result.is_ok() {
-            result = sent;
-        }
-    }
-    signal_sessions(&[pid], signals);
-    result
-}
-
 /// How a process ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ExitInfo {

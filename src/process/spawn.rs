@@ -1,15 +1,16 @@
 //! Starting a child in its own session (pipes or a pseudo-terminal), watching and reaping it.
 //!
 //! The server reaps its children itself: exit is observed through a pidfd and
-//! `waitid(WNOWAIT)`, which leaves the child a zombie. The zombie keeps its pid,
-//! and so its process-group id, from being reused, so signalling the group stays
-//! safe until the entry is dropped and [`reap`] finally collects it.
+//! `waitid(WNOWAIT)`, which leaves the child a zombie until the connection's loop
+//! reaps it with [`reap`] (never blocking). Until then the zombie keeps its pid,
+//! and so its group and session id, from being reused; after, signals go through
+//! the checks of `tree`.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -19,7 +20,9 @@ use portable_pty::{MasterPty, PtySize};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
+use super::registry;
 use super::signal::ExitInfo;
+use super::tree;
 use crate::protocol::TtySize;
 
 /// What to start.
@@ -73,18 +76,22 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> io::Result<Spawned> {
             (true, Some(master))
         }
     };
-    // SAFETY: `parent` is captured by value; the hook calls only
-    // async-signal-safe functions (setsid, ioctl, prctl, getppid).
     let parent = std::process::id();
+    // SAFETY: `parent` is captured by value; the hook calls only async-signal-safe
+    // functions (setsid, ioctl, prctl, getppid) and builds errors from raw errno
+    // values, which does not allocate.
     unsafe {
         command.pre_exec(move || in_child(io_setup, parent));
     }
+    // Held across the fork: the orphan reaper must not reap this child before it is known.
+    let registry = registry::lock_for_spawn();
     let mut child = command.spawn()?;
+    registry.register(child.id());
     // The slave copies held by `command` close here, so the master sees EOF
     // once every process holding the terminal is gone.
     drop(command);
     let pid = child.id();
-    let pidfd = pidfd_open(pid)?;
+    let pidfd = tree::pidfd_open(pid)?;
     let io = match master {
         Some(master) => ChildIo::Pty { master },
         None => {
@@ -111,28 +118,18 @@ pub(crate) async fn wait_exit(pid: u32, pidfd: OwnedFd) -> io::Result<ExitInfo> 
     }
 }
 
-/// Reaps the child if it has exited; true when it is gone.
+/// Reaps the child if it has exited, without ever blocking; true when it is gone
+/// (reaped now, or already by someone else).
 pub(crate) fn reap(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else { return true };
     let mut status = 0;
-    // SAFETY: waitpid writes only to `status`.
+    // SAFETY: waitpid writes only to `status`; WNOHANG never blocks.
     let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
     rc != 0
 }
 
-/// Blocks until the child is reaped (used once it has been sent SIGKILL).
-pub(crate) fn reap_blocking(pid: u32) {
-    let Ok(pid) = libc::pid_t::try_from(pid) else { return };
-    let mut status = 0;
-    loop {
-        // SAFETY: waitpid writes only to `status`.
-        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if rc != -1 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return;
-        }
-    }
-}
-
+/// Runs in the forked child before exec: only async-signal-safe calls, and
+/// errors made from raw errno values (no allocation).
 fn in_child(tty: bool, parent: u32) -> io::Result<()> {
     // SAFETY: plain syscalls in the forked child, before exec.
     unsafe {
@@ -145,8 +142,9 @@ fn in_child(tty: bool, parent: u32) -> io::Result<()> {
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
             return Err(io::Error::last_os_error());
         }
+        // The server died between fork and prctl: the death signal would never come.
         if libc::getppid() as u32 != parent {
-            return Err(io::Error::other("exec-server exited while starting the process"));
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
         }
     }
     Ok(())
@@ -162,16 +160,6 @@ fn open_pty(size: TtySize) -> io::Result<Box<dyn MasterPty + Send>> {
 fn open_slave(master: &dyn MasterPty) -> io::Result<File> {
     let name = master.tty_name().ok_or_else(|| io::Error::other("pseudo-terminal has no name"))?;
     OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOCTTY).open(name)
-}
-
-fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the descriptor was just returned to us and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 fn peek_exit(pid: u32) -> io::Result<Option<ExitInfo>> {

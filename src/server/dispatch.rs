@@ -1,14 +1,18 @@
 //! Connection state and request dispatch: lifecycle checks, params decoding, one match over methods.
+//!
+//! Process requests are handled here, on the loop, in arrival order (none of
+//! them blocks); fs requests are handed to [`FsCalls`] and answered when done.
 
-use std::future::Future;
+use std::sync::Arc;
 
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::fs::{self, Follow, Roots};
+use super::fs_calls::FsCalls;
+use crate::fs::{Follow, Roots};
 use crate::process::{ProcessTable, ReadOutcome};
 use crate::protocol::*;
-use crate::transport::Frame;
+use crate::transport::Incoming;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -23,20 +27,22 @@ enum Phase {
 /// Everything one connection owns.
 pub(super) struct State {
     phase: Phase,
-    roots: Roots,
+    roots: Arc<Roots>,
     pub(super) table: ProcessTable,
+    pub(super) fs: FsCalls,
 }
 
 impl State {
     pub(super) fn new(roots: Roots, table: ProcessTable) -> State {
-        State { phase: Phase::New, roots, table }
+        let roots = Arc::new(roots);
+        State { phase: Phase::New, fs: FsCalls::new(roots.clone()), roots, table }
     }
 
-    /// Handles one input frame; encoded replies go to `out`.
-    pub(super) async fn on_frame(&mut self, frame: Frame, out: &mut Vec<String>) {
-        let line = match frame {
-            Frame::Line(line) => line,
-            Frame::TooLong { limit } => {
+    /// Handles one input message; encoded replies go to `out` (fs replies come later).
+    pub(super) fn on_incoming(&mut self, incoming: Incoming, out: &mut Vec<String>) {
+        let (message, bytes) = match incoming {
+            Incoming::Message(message, bytes) => (message, bytes),
+            Incoming::TooLong { limit } => {
                 tracing::warn!(limit, "discarded a message over the size limit");
                 out.push(malformed(format!(
                     "message is longer than the limit of {limit} bytes (--max-message-bytes); it was discarded"
@@ -44,16 +50,13 @@ impl State {
                 return;
             }
         };
-        let message = Message::decode(&line);
-        // A line can be tens of MiB: free it before handling the message.
-        drop(line);
         match message {
             Err(error) => {
                 tracing::warn!(%error, "malformed message");
                 out.push(malformed(error.to_string()));
             }
             Ok(Message::Request(request)) => {
-                if let Some(reply) = self.on_request(request).await {
+                if let Some(reply) = self.on_request(request, bytes) {
                     out.push(reply);
                 }
             }
@@ -86,8 +89,9 @@ impl State {
         }
     }
 
-    /// The encoded response to a request, or `None` when it was parked (a waiting read).
-    async fn on_request(&mut self, request: Request) -> Option<String> {
+    /// The encoded response to a request, or `None` when it is answered later
+    /// (a waiting read, an fs call).
+    fn on_request(&mut self, request: Request, bytes: usize) -> Option<String> {
         let Request { id, method, params } = request;
         if !METHODS.contains(&method.as_str()) {
             let error =
@@ -99,6 +103,10 @@ impl State {
         }
         if let Err(error) = self.check_ready(&method) {
             return Some(error_reply(&id, error));
+        }
+        if method.starts_with("fs/") {
+            self.fs.submit(id, method, params, bytes);
+            return None;
         }
         let roots = &self.roots;
         let table = &mut self.table;
@@ -126,24 +134,6 @@ impl State {
                 call::<ProcessResize>(&id, params, |p| table.resize(p).map(|()| Empty {}))
             }
             ProcessList::NAME => call::<ProcessList>(&id, params, |_| Ok(table.list())),
-            ReadFile::NAME => {
-                call_fs::<ReadFile, _>(&id, params, |p| fs::read_file(roots, p)).await
-            }
-            WriteFile::NAME => {
-                call_fs::<WriteFile, _>(&id, params, |p| fs::write_file(roots, p)).await
-            }
-            CreateDirectory::NAME => {
-                call_fs::<CreateDirectory, _>(&id, params, |p| fs::create_directory(roots, p)).await
-            }
-            GetMetadata::NAME => {
-                call_fs::<GetMetadata, _>(&id, params, |p| fs::get_metadata(roots, p)).await
-            }
-            ReadDirectory::NAME => {
-                call_fs::<ReadDirectory, _>(&id, params, |p| fs::read_directory(roots, p)).await
-            }
-            Remove::NAME => call_fs::<Remove, _>(&id, params, |p| fs::remove(roots, p)).await,
-            Copy::NAME => call_fs::<Copy, _>(&id, params, |p| fs::copy(roots, p)).await,
-            Rename::NAME => call_fs::<Rename, _>(&id, params, |p| fs::rename(roots, p)).await,
             other => {
                 let error = ErrorObject::new(
                     codes::METHOD_NOT_FOUND,
@@ -192,7 +182,7 @@ impl State {
 }
 
 /// Decodes params (absent or null counts as `{}`), else -32602 with the decoder's message.
-fn decode<M: Method>(params: Value) -> Result<M::Params, ErrorObject> {
+pub(super) fn decode<M: Method>(params: Value) -> Result<M::Params, ErrorObject> {
     let params = match params {
         Value::Null => Value::Object(Default::default()),
         Value::Object(_) => params,
@@ -214,7 +204,7 @@ fn error_reply(id: &RequestId, error: ErrorObject) -> String {
 }
 
 /// The encoded response of method `M`.
-fn reply<M: Method>(id: &RequestId, result: Result<M::Result, ErrorObject>) -> String {
+pub(super) fn reply<M: Method>(id: &RequestId, result: Result<M::Result, ErrorObject>) -> String {
     encode_response(id, &result)
 }
 
@@ -224,18 +214,6 @@ fn call<M: Method>(
     handler: impl FnOnce(M::Params) -> Result<M::Result, ErrorObject>,
 ) -> String {
     reply::<M>(id, decode::<M>(params).and_then(handler))
-}
-
-async fn call_fs<M: Method, F: Future<Output = Result<M::Result, ErrorObject>>>(
-    id: &RequestId,
-    params: Value,
-    handler: impl FnOnce(M::Params) -> F,
-) -> String {
-    let result = match decode::<M>(params) {
-        Ok(params) => handler(params).await,
-        Err(error) => Err(error),
-    };
-    reply::<M>(id, result)
 }
 
 /// The reply to a line that is not a usable message: id -1, -32600.

@@ -1,0 +1,141 @@
+//! Process-wide bookkeeping: which children are session leaders owned by a
+//! connection, the watcher that kills them if this process dies, and the
+//! reaping of everything else (orphans adopted as a child subreaper).
+//!
+//! A connection reaps its own leaders (it needs their exit status). Anything
+//! else that becomes our child, because the binary is a subreaper, is reaped by
+//! [`reap_orphans`]. The two never race: a leader is registered while the
+//! registry lock is held across its spawn, and [`reap_orphans`] holds the same
+//! lock while it decides what to reap.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::Write;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use super::tree;
+
+/// The leaders alive or unreaped, by pid.
+static LEADERS: Mutex<Option<HashSet<u32>>> = Mutex::new(None);
+/// The write end of the watcher's pipe, when the binary started one.
+static WATCHER: OnceLock<Mutex<File>> = OnceLock::new();
+/// The watcher's pid: a descendant that must outlive the final sweep.
+static WATCHER_PID: OnceLock<u32> = OnceLock::new();
+
+/// The registry, locked for a spawn: register the child before letting go.
+pub(crate) struct SpawnLock {
+    leaders: MutexGuard<'static, Option<HashSet<u32>>>,
+}
+
+/// Locks the registry for a spawn.
+pub(crate) fn lock_for_spawn() -> SpawnLock {
+    SpawnLock { leaders: lock() }
+}
+
+impl SpawnLock {
+    /// Records `pid` as a leader owned by a connection, and tells the watcher.
+    pub(crate) fn register(mut self, pid: u32) {
+        self.leaders.get_or_insert_with(HashSet::new).insert(pid);
+        drop(self);
+        if let Some(watcher) = WATCHER.get() {
+            // The watcher tells our leader from a later process with its pid by start time.
+            if let Ok(stat) = tree::stat(pid) {
+                tell(watcher, &format!("+{pid} {}\n", stat.start));
+            }
+        }
+    }
+}
+
+/// The connection reaped `pid` (or gave up on it): it is no longer a leader.
+pub(crate) fn reaped(pid: u32) {
+    if let Some(leaders) = lock().as_mut() {
+        leaders.remove(&pid);
+    }
+}
+
+/// The connection gave up on `pid` without reaping it: the orphan reaper may.
+pub(crate) fn disown(pid: u32) {
+    reaped(pid);
+}
+
+/// The connection forgot `pid`: the watcher need not kill its session any more.
+pub(crate) fn forgotten(pid: u32) {
+    if let Some(watcher) = WATCHER.get() {
+        tell(watcher, &format!("-{pid}\n"));
+    }
+}
+
+/// Hands the registry the watcher's pid and the write end of its pipe (once, from the binary).
+pub(crate) fn set_watcher(pid: u32, pipe: File) {
+    let _ = WATCHER_PID.set(pid);
+    let _ = WATCHER.set(Mutex::new(pipe));
+}
+
+/// Reaps every exited child that is not a connection's leader; returns how many.
+pub(crate) fn reap_orphans() -> usize {
+    let leaders = lock();
+    let mut reaped = 0;
+    for pid in children() {
+        if leaders.as_ref().is_some_and(|l| l.contains(&pid)) {
+            continue;
+        }
+        let mut status = 0;
+        // SAFETY: waitpid writes only to `status`; WNOHANG never blocks.
+        if unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) } > 0 {
+            reaped += 1;
+        }
+    }
+    reaped
+}
+
+/// SIGKILLs every descendant of this process (leaders, their trees, adopted
+/// orphans), pass after pass until none is left; returns how many were signalled.
+pub(crate) fn kill_descendants() -> usize {
+    let me = std::process::id();
+    let watcher = WATCHER_PID.get().copied();
+    let mut total = 0;
+    for _ in 0..16 {
+        let mut found = 0;
+        for pid in tree::all_pids() {
+            let Ok(stat) = tree::stat(pid) else { continue };
+            let spared = pid == me || Some(pid) == watcher || stat.state == b'Z';
+            if spared || !tree::descends_from(stat, me) {
+                continue;
+            }
+            if let Ok(pidfd) = tree::pidfd_open(pid) {
+                if tree::pidfd_send_signal(&pidfd, super::signal::Signal::KILL).is_ok() {
+                    found += 1;
+                }
+            }
+        }
+        total += found;
+        if found == 0 {
+            break;
+        }
+    }
+    total
+}
+
+/// Our children, from every thread's `children` list (zombies included).
+fn children() -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+    let mut pids = Vec::new();
+    for task in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+            pids.extend(text.split_ascii_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+        }
+    }
+    pids
+}
+
+fn lock() -> MutexGuard<'static, Option<HashSet<u32>>> {
+    // A panic while holding the lock leaves the set consistent (single inserts/removes).
+    LEADERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn tell(watcher: &Mutex<File>, line: &str) {
+    let mut pipe = watcher.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Err(error) = pipe.write_all(line.as_bytes()) {
+        tracing::warn!(%error, "telling the watcher about a process failed");
+    }
+}

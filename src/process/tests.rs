@@ -1,0 +1,101 @@
+//! Table-level tests of timer and parked-read bookkeeping, driven without a server.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::*;
+use crate::protocol::{RequestId, Stream};
+
+fn table() -> (ProcessTable, mpsc::Receiver<ProcEvent>) {
+    let (events, receiver) = mpsc::channel(64);
+    let limits = Limits {
+        max_processes: 4,
+        retained_bytes: RETAINED_BYTES,
+        reservation: Duration::from_secs(30),
+    };
+    (ProcessTable::new(events, limits), receiver)
+}
+
+fn start_sleep(table: &mut ProcessTable, id: &str) {
+    let params = serde_json::from_value(json!({
+        "processId": id, "argv": ["sleep", "100"], "cwd": "/", "env": {"PATH": "/usr/bin:/bin"},
+    }))
+    .unwrap();
+    table.start(params).unwrap();
+}
+
+fn waiting_read(id: &str, after: u64) -> ReadParams {
+    ReadParams {
+        process_id: id.into(),
+        after_seq: Some(after),
+        max_bytes: None,
+        wait_ms: Some(24 * 3600 * 1000),
+    }
+}
+
+#[tokio::test]
+async fn reads_answered_early_leave_no_timer_or_parked_entry() {
+    let (mut table, _events) = table();
+    start_sleep(&mut table, "p");
+    let now = Instant::now();
+    let mut out = Vec::new();
+    for seq in 0..1000_u64 {
+        let outcome = table.read(RequestId::from(seq as i64), waiting_read("p", seq), now).unwrap();
+        assert!(matches!(outcome, ReadOutcome::Parked));
+        assert_eq!(table.pending_counts(), (1, 1));
+        let output = ProcEvent::Output { serial: 1, stream: Stream::Stdout, bytes: b"x".to_vec() };
+        table.on_event(output, now, &mut out);
+        assert_eq!(table.pending_counts(), (0, 0), "after answering read {seq}");
+    }
+    // Each chunk: its notification, then the answer of the read it woke.
+    assert_eq!(out.len(), 2000);
+    assert!(out[1].starts_with(r#"{"id":0,"result":{"chunks":[{"seq":1,"#), "{}", out[1]);
+    table.kill_all();
+}
+
+#[tokio::test]
+async fn parked_reads_are_bounded_per_connection() {
+    let (mut table, _events) = table();
+    start_sleep(&mut table, "p");
+    let now = Instant::now();
+    for n in 0..MAX_PARKED {
+        table.read(RequestId::from(n as i64), waiting_read("p", 0), now).unwrap();
+    }
+    let Err(error) = table.read(RequestId::from(-5), waiting_read("p", 0), now) else {
+        panic!("read {} was parked past the limit", MAX_PARKED + 1);
+    };
+    assert_eq!(error.code, -32600);
+    assert_eq!(
+        error.message,
+        "too many waiting reads: the limit is 10000 per connection; answer some before parking more"
+    );
+    let mut out = Vec::new();
+    table.answer_all_parked(&mut out);
+    assert_eq!(out.len(), MAX_PARKED);
+    assert_eq!(table.pending_counts(), (0, 0));
+    table.kill_all();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_read_is_answered_empty_at_its_deadline() {
+    let (mut table, _events) = table();
+    start_sleep(&mut table, "p");
+    let start = Instant::now();
+    let mut params = waiting_read("p", 0);
+    params.wait_ms = Some(1500);
+    table.read(RequestId::from(7), params, start).unwrap();
+    let deadline = table.next_deadline().unwrap();
+    assert_eq!(deadline, start + Duration::from_millis(1500));
+    tokio::time::sleep_until(deadline).await;
+    let mut out = Vec::new();
+    table.on_timers(Instant::now(), &mut out);
+    assert_eq!(
+        out,
+        vec![r#"{"id":7,"result":{"chunks":[],"nextSeq":1,"exited":false,"exitCode":null}}"#]
+    );
+    assert_eq!(table.pending_counts(), (0, 0));
+    table.kill_all();
+}

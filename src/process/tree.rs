@@ -1,0 +1,193 @@
+//! Finding and signalling the members of a child's session through `/proc`, safe against pid reuse.
+//!
+//! A child runs in its own session, so its pid `S` is also its session id. While
+//! the leader is unreaped, `killpg(S)` is safe: the zombie keeps the number `S`
+//! allocated. Once it is reaped, every signal goes through [`signal_sessions`],
+//! which decides for each process whether it really belongs to our session.
+//!
+//! The argument, for a process `P` whose session id reads `S`:
+//! - The kernel does not hand out a pid number while any process still uses it
+//!   as a session id. So if `P` started before our leader was reaped, `S` was
+//!   still ours when `P` was created, and a process never moves into another
+//!   session except by `setsid`, which would make its session id its own pid.
+//!   Hence `P` is in our session. [`Session::bound`] is that instant, in the
+//!   clock ticks `/proc` uses for start times, rounded up to the next tick: a
+//!   process started in the same 10 ms tick as the reap counts as ours. That is
+//!   safe because the kernel hands out pids cyclically: a freed number comes
+//!   back only after the counter wraps around `pid_max` (32768 at least), which
+//!   takes far longer than a tick.
+//! - A process started later is ours only if it descends from this server (the
+//!   binary is a child subreaper, so orphans of our children stay below us).
+//! - The decision is made on a pidfd opened before the final check: the signal
+//!   goes to the process that was checked, even if `P` is reused meanwhile.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use super::signal::Signal;
+
+/// One session to sweep.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Session {
+    /// The session id: the pid of the child we started.
+    pub(crate) sid: u32,
+    /// Processes of session `sid` that started before this tick are ours: the
+    /// tick after the reap, or after now while the leader is unreaped.
+    pub(crate) bound: u64,
+}
+
+/// What `/proc/P/stat` says about a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stat {
+    pub(crate) state: u8,
+    pub(crate) ppid: u32,
+    pub(crate) sid: u32,
+    /// Start time in clock ticks since boot.
+    pub(crate) start: u64,
+}
+
+/// Reads `/proc/<pid>/stat`.
+pub(crate) fn stat(pid: u32) -> io::Result<Stat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    parse_stat(&text).ok_or_else(|| io::Error::other(format!("unreadable /proc/{pid}/stat")))
+}
+
+fn parse_stat(text: &str) -> Option<Stat> {
+    // The command name is in parentheses and may itself hold ") ".
+    let (_, rest) = text.rsplit_once(") ")?;
+    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+    Some(Stat {
+        state: *fields.first()?.as_bytes().first()?,
+        ppid: fields.get(1)?.parse().ok()?,
+        sid: fields.get(3)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// Clock ticks since boot, as `/proc` counts process start times.
+pub(crate) fn boot_ticks() -> u64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes only to `now`.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) };
+    // SAFETY: sysconf has no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100).max(1);
+    let nanos = u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000_000
+        + u64::try_from(now.tv_nsec).unwrap_or(0);
+    nanos / (1_000_000_000 / hz)
+}
+
+/// Every pid in `/proc`, numeric entries only.
+pub(crate) fn all_pids() -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok())).collect()
+}
+
+/// Sends each of `signals`, in order, to every process of `sessions`; returns
+/// how many processes were signalled. Runs off the server loop (it reads `/proc`).
+pub(crate) fn signal_sessions(sessions: &[Session], signals: &[Signal]) -> usize {
+    if sessions.is_empty() || signals.is_empty() {
+        return 0;
+    }
+    let me = std::process::id();
+    let mut signalled = 0;
+    for pid in all_pids() {
+        if pid == me {
+            continue;
+        }
+        // A cheap filter first: getsid is one syscall, no file.
+        // SAFETY: getsid has no memory-safety preconditions.
+        let sid = unsafe { libc::getsid(pid as libc::pid_t) };
+        let Some(session) = sessions.iter().find(|s| sid > 0 && s.sid == sid as u32) else {
+            continue;
+        };
+        let Ok(pidfd) = pidfd_open(pid) else { continue };
+        // Checked after the pidfd exists: the signal reaches the process checked here.
+        let Ok(stat) = stat(pid) else { continue };
+        if stat.sid != session.sid || stat.state == b'Z' {
+            continue;
+        }
+        if stat.start < session.bound || descends_from(stat, me) {
+            for signal in signals {
+                let _ = pidfd_send_signal(&pidfd, *signal);
+            }
+            signalled += 1;
+        }
+    }
+    signalled
+}
+
+/// Whether the process described by `stat` has `ancestor` above it.
+pub(crate) fn descends_from(stat: Stat, ancestor: u32) -> bool {
+    let mut parent = stat.ppid;
+    for _ in 0..128 {
+        if parent == ancestor {
+            return true;
+        }
+        if parent <= 1 {
+            return false;
+        }
+        match self::stat(parent) {
+            Ok(next) => parent = next.ppid,
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+/// A pidfd for `pid`.
+pub(crate) fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor was just returned to us and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Sends `signal` to the process `pidfd` refers to; a process already gone is not an error.
+pub(crate) fn pidfd_send_signal(pidfd: &OwnedFd, signal: Signal) -> io::Result<()> {
+    // SAFETY: a null siginfo asks the kernel to fill it in as kill(2) would.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal.0,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let error = io::Error::last_os_error();
+    if error.raw_os_error() == Some(libc::ESRCH) {
+        Ok(())
+    } else {
+        Err(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_lines_with_odd_names() {
+        let line = "4242 (a) b (c) S 17 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 18446744073709551615";
+        assert_eq!(
+            parse_stat(line),
+            Some(Stat { state: b'S', ppid: 17, sid: 4242, start: 987654 })
+        );
+        assert_eq!(parse_stat("12 (x)"), None);
+    }
+
+    #[test]
+    fn own_stat_matches_the_process() {
+        let me = stat(std::process::id()).unwrap();
+        // SAFETY: getppid and getsid have no preconditions.
+        let (ppid, sid) = unsafe { (libc::getppid(), libc::getsid(0)) };
+        assert_eq!((me.ppid, me.sid), (ppid as u32, sid as u32));
+        assert!(me.start <= boot_ticks());
+    }
+}

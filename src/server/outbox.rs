@@ -1,0 +1,74 @@
+//! Encoded messages waiting for room in the writer's queue, bounded in bytes.
+
+use std::collections::VecDeque;
+
+use tokio::sync::mpsc::{Permit, Sender};
+
+/// Past this many bytes waiting, the loop stops taking input and process events.
+const OUTBOX_BYTES: usize = 1024 * 1024;
+
+/// Lines for the writer, in order.
+#[derive(Debug, Default)]
+pub(super) struct Outbox {
+    lines: VecDeque<String>,
+    bytes: usize,
+    /// The output is gone: lines are dropped instead of kept.
+    closed: bool,
+}
+
+impl Outbox {
+    /// Moves `out`'s lines to the back of the queue.
+    pub(super) fn extend(&mut self, out: &mut Vec<String>) {
+        if self.closed {
+            out.clear();
+            return;
+        }
+        for line in out.drain(..) {
+            self.bytes += line.len();
+            self.lines.push_back(line);
+        }
+    }
+
+    /// Whether the loop may take more work that produces lines.
+    pub(super) fn has_room(&self) -> bool {
+        self.bytes < OUTBOX_BYTES
+    }
+
+    pub(super) fn has_lines(&self) -> bool {
+        !self.lines.is_empty()
+    }
+
+    /// Sends the first line through `permit`, and as many more as fit without waiting.
+    pub(super) fn send(&mut self, permit: Permit<'_, String>, sender: &Sender<String>) {
+        let Some(line) = self.pop() else { return };
+        permit.send(line);
+        while self.has_lines() {
+            let Ok(permit) = sender.try_reserve() else { return };
+            if let Some(line) = self.pop() {
+                permit.send(line);
+            }
+        }
+    }
+
+    /// Sends every line, waiting for room (the caller bounds the wait).
+    pub(super) async fn flush(&mut self, sender: &Sender<String>) {
+        while let Some(line) = self.pop() {
+            if sender.send(line).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The output is gone: drop what waits and anything added later.
+    pub(super) fn close(&mut self) {
+        self.closed = true;
+        self.lines.clear();
+        self.bytes = 0;
+    }
+
+    fn pop(&mut self) -> Option<String> {
+        let line = self.lines.pop_front()?;
+        self.bytes -= line.len();
+        Some(line)
+    }
+}
