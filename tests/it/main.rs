@@ -12,5 +12,7 @@ mod launcher;
 mod process;
 mod protocol;
 mod pty;
+mod robust;
+mod routing;
 mod support;
 mod traits;
