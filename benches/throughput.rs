@@ -14,6 +14,11 @@ use exec_server::*;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 const BIN: &str = env!("CARGO_BIN_EXE_exec-server");
+
+/// The server binary to measure: `EXEC_SERVER_BIN` (to compare builds), else this crate's.
+fn server_binary() -> String {
+    std::env::var("EXEC_SERVER_BIN").unwrap_or_else(|_| BIN.to_owned())
+}
 const OUTPUT_BYTES: u64 = 256 * 1024 * 1024;
 const SPAWNS: u32 = 200;
 const ROUND_TRIPS: u32 = 2000;
@@ -120,6 +125,13 @@ async fn server_round_trips(client: &Client) {
     }
 }
 
+async fn metadata_round_trips(client: &Client) {
+    for _ in 0..ROUND_TRIPS {
+        let params = PathParams { path: "/tmp".into() };
+        assert!(client.call::<GetMetadata>(&params).await.unwrap().is_directory);
+    }
+}
+
 async fn fs_round_trip(fs: &impl FileSystem, dir: &std::path::Path, data: &[u8]) {
     let path = dir.join("bench.bin");
     fs.write_file(&path, &[]).await.unwrap();
@@ -141,7 +153,7 @@ async fn direct_fs_round_trip(dir: &std::path::Path, data: &[u8]) {
 
 #[tokio::main]
 async fn main() {
-    let launcher = Launcher::spawn(LaunchCommand::new(BIN)).await.unwrap();
+    let launcher = Launcher::spawn(LaunchCommand::new(server_binary())).await.unwrap();
     let remote = launcher.client().clone();
     let in_process = Client::in_process(Config::default()).await.unwrap();
     println!("exec-server benchmarks (median of {RUNS} runs; baselines measured in this run)");
@@ -197,6 +209,12 @@ async fn main() {
     .await;
     let per = |d: Duration| d.as_secs_f64() * 1e6 / ROUND_TRIPS as f64;
     report("request round trip, process/terminate (us)", per(via_binary), per(direct), "us", false);
+    let via_binary = median(|| {
+        let remote = remote.clone();
+        async move { metadata_round_trips(&remote).await }
+    })
+    .await;
+    report("request round trip, fs/getMetadata (us)", per(via_binary), per(direct), "us", false);
 
     let dir = std::env::temp_dir().join(format!("exec-server-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
