@@ -6,6 +6,7 @@
 
 mod process;
 mod routing;
+mod ws;
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -34,6 +35,8 @@ pub struct ClientOptions {
     pub client_name: String,
     /// Deadline of the handshake.
     pub handshake_timeout: Duration,
+    /// Sent as `Authorization: Bearer TOKEN` by [`Client::connect_ws`].
+    pub bearer_token: Option<String>,
 }
 
 impl Default for ClientOptions {
@@ -41,6 +44,7 @@ impl Default for ClientOptions {
         ClientOptions {
             client_name: "exec-server-client".to_owned(),
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            bearer_token: None,
         }
     }
 }
@@ -108,6 +112,15 @@ impl Client {
         W: AsyncWrite + Unpin + Send + 'static,
     {
         Client::start_connection(reader, writer, options, None).await
+    }
+
+    /// Connects to a server listening on WebSocket (`exec-server --listen
+    /// ws://IP:PORT`) and performs the handshake; `options.bearer_token` is
+    /// sent when the server requires one. The same [`Client`] as over stdio.
+    pub async fn connect_ws(url: &str, options: ClientOptions) -> Result<Client, Error> {
+        let (pipe, bridge) = ws::open(url, options.bearer_token.as_deref()).await?;
+        let (read, write) = tokio::io::split(pipe);
+        Client::start_connection(read, write, options, Some(bridge)).await
     }
 
     /// A server running inside this process (`server::run` on a duplex pipe),

@@ -1,5 +1,7 @@
 //! The launcher: spawns a server command, connects a [`Client`], and owns the server's lifetime.
 
+mod ssh;
+
 use std::io;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -13,6 +15,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWrite, BufReader};
 use tokio::process::{Child, ChildStdin};
 use tokio::task::JoinHandle;
 
+pub use self::ssh::{SelfInstall, SshCommand};
 use crate::client::{lock, Client, ClientOptions};
 use crate::error::Error;
 
@@ -30,12 +33,28 @@ pub struct LaunchCommand {
     pub env: Vec<(String, String)>,
     /// Working directory (default: inherited).
     pub cwd: Option<PathBuf>,
+    /// Install the server first when the remote lacks it (set by [`SshCommand::install_if_missing`]).
+    pub self_install: Option<SelfInstall>,
 }
 
 impl LaunchCommand {
     /// Runs `program` with no arguments.
     pub fn new(program: impl Into<PathBuf>) -> LaunchCommand {
-        LaunchCommand { program: program.into(), args: Vec::new(), env: Vec::new(), cwd: None }
+        LaunchCommand {
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            cwd: None,
+            self_install: None,
+        }
+    }
+
+    /// `exec-server` on `destination` over OpenSSH: `ssh -T -o BatchMode=yes
+    /// DESTINATION exec-server`, never with a tty. The builder sets extra ssh
+    /// options, the remote program and its arguments, and the opt-in
+    /// self-install; it converts into a `LaunchCommand`.
+    pub fn ssh(destination: impl Into<String>) -> SshCommand {
+        SshCommand::new(destination)
     }
 
     /// The `exec-server` binary: `$EXEC_SERVER_BIN` if set, else the one next to
@@ -106,19 +125,82 @@ pub struct Launcher {
     stdin: Arc<Mutex<Option<ChildStdin>>>,
     pid: u32,
     stderr: JoinHandle<()>,
+    /// A `--listen` server does not read stdin: it ends on SIGTERM.
+    listening: bool,
 }
 
 impl Launcher {
     /// Starts `command` and performs the handshake.
-    pub async fn spawn(command: LaunchCommand) -> Result<Launcher, Error> {
+    pub async fn spawn(command: impl Into<LaunchCommand>) -> Result<Launcher, Error> {
         Launcher::spawn_with(command, ClientOptions::default()).await
     }
 
     /// Like [`Launcher::spawn`] with client options.
     pub async fn spawn_with(
-        command: LaunchCommand,
+        command: impl Into<LaunchCommand>,
         options: ClientOptions,
     ) -> Result<Launcher, Error> {
+        let command = command.into();
+        let mut started = Started::spawn(&command)?;
+        if let Some(install) = &command.self_install {
+            let dialogue = ssh::self_install(install, &mut started.stdout, &mut started.stdin);
+            if let Err(error) = dialogue.await {
+                return Err(started.abandon(error).await);
+            }
+        }
+        let Started { mut child, stdin, stdout, stderr, pid } = started;
+        let stdin = Arc::new(Mutex::new(Some(stdin)));
+        let writer = SharedStdin(stdin.clone());
+        match Client::connect_with(stdout, writer, options).await {
+            Ok(client) => Ok(Launcher { client, child, stdin, pid, stderr, listening: false }),
+            Err(error) => {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                stderr.abort();
+                Err(error)
+            }
+        }
+    }
+
+    /// Starts `command` with `--listen ws://127.0.0.1:0`, reads the URL it
+    /// prints and connects to it over WebSocket. The launcher owns the server as
+    /// it owns a stdio one; dropping it sends SIGTERM.
+    pub async fn spawn_listening(
+        command: impl Into<LaunchCommand>,
+        options: ClientOptions,
+    ) -> Result<Launcher, Error> {
+        let command = command.into().arg("--listen").arg("ws://127.0.0.1:0");
+        let mut started = Started::spawn(&command)?;
+        let url = match ssh::read_line(&mut started.stdout).await {
+            Ok(url) if url.starts_with("ws://") => url,
+            Ok(other) => {
+                let error = Error::Protocol(format!("expected the server's URL, got {other:?}"));
+                return Err(started.abandon(error).await);
+            }
+            Err(error) => return Err(started.abandon(error).await),
+        };
+        match Client::connect_ws(&url, options).await {
+            Ok(client) => {
+                let Started { child, stdin, stderr, pid, .. } = started;
+                let stdin = Arc::new(Mutex::new(Some(stdin)));
+                Ok(Launcher { client, child, stdin, pid, stderr, listening: true })
+            }
+            Err(error) => Err(started.abandon(error).await),
+        }
+    }
+}
+
+/// A spawned server before its client is connected.
+struct Started {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: tokio::process::ChildStdout,
+    stderr: JoinHandle<()>,
+    pid: u32,
+}
+
+impl Started {
+    fn spawn(command: &LaunchCommand) -> Result<Started, Error> {
         let mut std_command = std::process::Command::new(&command.program);
         std_command
             .args(&command.args)
@@ -149,22 +231,25 @@ impl Launcher {
             .map_err(|e| Error::io(format!("cannot start {program}"), e))?;
         let pid = child.id().ok_or_else(|| Error::Protocol("server exited at once".into()))?;
         let missing = || Error::Protocol("server stdio is not piped".into());
-        let stdin = Arc::new(Mutex::new(Some(child.stdin.take().ok_or_else(missing)?)));
+        let stdin = child.stdin.take().ok_or_else(missing)?;
         let stdout = child.stdout.take().ok_or_else(missing)?;
         let stderr = child.stderr.take().ok_or_else(missing)?;
         let stderr = tokio::spawn(forward_stderr(stderr, pid));
-        let writer = SharedStdin(stdin.clone());
-        match Client::connect_with(stdout, writer, options).await {
-            Ok(client) => Ok(Launcher { client, child, stdin, pid, stderr }),
-            Err(error) => {
-                let _ = child.start_kill();
-                let _ = child.wait().await;
-                stderr.abort();
-                Err(error)
-            }
-        }
+        Ok(Started { child, stdin, stdout, stderr, pid })
     }
 
+    /// Kills and reaps the server after a failed start, and returns `error`.
+    async fn abandon(mut self, error: Error) -> Error {
+        // SAFETY: killpg has no memory-safety preconditions; the group is the server's own.
+        unsafe { libc::killpg(self.pid as libc::pid_t, libc::SIGKILL) };
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+        self.stderr.abort();
+        error
+    }
+}
+
+impl Launcher {
     /// The connected client.
     pub fn client(&self) -> &Client {
         &self.client
@@ -228,7 +313,7 @@ impl Launcher {
 impl Drop for Launcher {
     fn drop(&mut self) {
         self.close_stdin();
-        if !self.exited_within(DROP_GRACE) {
+        if self.listening || !self.exited_within(DROP_GRACE) {
             self.signal(libc::SIGTERM);
             if !self.exited_within(DROP_GRACE) {
                 self.signal(libc::SIGKILL);

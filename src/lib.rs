@@ -15,6 +15,7 @@
 //! - `fs`: one function per fs/* method, with `--root` confinement and error mapping.
 //! - `client`: [`Client`] (typed calls, routing), [`Process`] handles, raw [`EventStream`]s.
 //! - `launcher`: [`Launcher`] spawns a server command and owns its lifetime.
+//! - `listen`: [`listen`], the WebSocket server: one `server` loop per connection.
 //! - `filesystem`, `executor`: the [`FileSystem`] and [`Executor`] traits, local and remote.
 //! - `error`: [`Error`], the client side's error.
 //! - `stdio`: [`Stdio`], the binary's stdin/stdout (reactor-driven when they are pipes).
@@ -39,6 +40,7 @@ mod fs;
 #[doc(hidden)]
 pub mod host;
 mod launcher;
+mod listen;
 mod process;
 mod protocol;
 pub mod server;
@@ -52,7 +54,8 @@ pub use crate::error::Error;
 pub use crate::executor::{Executor, LocalExecutor, RemoteExecutor};
 pub use crate::filesystem::{FileSystem, LocalFileSystem, RemoteFileSystem};
 pub use crate::fs::READ_LIMIT;
-pub use crate::launcher::{LaunchCommand, Launcher, Shutdown};
+pub use crate::launcher::{LaunchCommand, Launcher, SelfInstall, Shutdown, SshCommand};
+pub use crate::listen::{listen, ListenOptions, PING_INTERVAL};
 pub use crate::protocol::*;
 pub use crate::server::{Config, OnEof};
 pub use crate::stdio::{FlagsGuard, Stdio};

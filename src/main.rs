@@ -1,11 +1,12 @@
 //! The `exec-server` binary: flags, logging to stderr, and the stdio server.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
 use exec_server::server::{self, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_PROCESSES};
-use exec_server::{host, Config, OnEof, Stdio};
+use exec_server::{host, Config, ListenOptions, OnEof, Stdio};
 use tracing_subscriber::EnvFilter;
 
 /// A subprocess and filesystem sidecar speaking exec-server.v0 (newline-delimited JSON-RPC) on stdin/stdout.
@@ -27,6 +28,12 @@ struct Cli {
     /// Log filter for stderr (for example debug, or exec_server=trace); overrides RUST_LOG.
     #[arg(long, value_name = "FILTER")]
     log_level: Option<String>,
+    /// Serve WebSocket connections on ws://IP:PORT instead of stdio (port 0: any free port).
+    #[arg(long, value_name = "URL")]
+    listen: Option<String>,
+    /// File holding the bearer token WebSocket clients must send (required off loopback).
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -73,6 +80,16 @@ fn main() -> ExitCode {
         },
         ..Config::default()
     };
+    let listen = match &cli.listen {
+        None => None,
+        Some(url) => match listen_address(url, cli.token_file.as_deref()) {
+            Ok(listen) => Some(listen),
+            Err(message) => {
+                eprintln!("exec-server: {message}");
+                return ExitCode::from(2);
+            }
+        },
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         // fs calls (at most FS_IN_FLIGHT at once), /proc sweeps and stdio that is
@@ -90,9 +107,15 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         let shutdown = shutdown_signal()?;
         let reaper = tokio::spawn(host::reap_orphans());
-        let Stdio { reader, writer, guard } = Stdio::open();
-        let result = server::run_until(reader, writer, config, shutdown).await;
-        drop(guard);
+        let result = match listen {
+            Some((address, token)) => serve_websocket(address, token, config, shutdown).await,
+            None => {
+                let Stdio { reader, writer, guard } = Stdio::open();
+                let result = server::run_until(reader, writer, config, shutdown).await;
+                drop(guard);
+                result
+            }
+        };
         // Whatever escaped its session (setsid) but is still below us goes too.
         let leftovers = host::kill_descendants();
         if leftovers > 0 {
@@ -110,6 +133,58 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Parses `ws://IP:PORT` and reads the token file; a non-loopback address needs a token.
+fn listen_address(
+    url: &str,
+    token_file: Option<&std::path::Path>,
+) -> Result<(SocketAddr, Option<String>), String> {
+    let address = url
+        .strip_prefix("ws://")
+        .map(|rest| rest.trim_end_matches('/'))
+        .and_then(|rest| rest.parse::<SocketAddr>().ok())
+        .ok_or_else(|| {
+            format!("--listen {url}: expected ws://IP:PORT, such as ws://127.0.0.1:0")
+        })?;
+    let token = match token_file {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--token-file {}: {e}", path.display()))?;
+            let token = text.trim().to_owned();
+            if token.is_empty() {
+                return Err(format!("--token-file {}: the file is empty", path.display()));
+            }
+            Some(token)
+        }
+    };
+    if !address.ip().is_loopback() && token.is_none() {
+        return Err(format!(
+            "--listen {url}: a non-loopback address needs --token-file (clients then send Authorization: Bearer TOKEN)"
+        ));
+    }
+    Ok((address, token))
+}
+
+/// Binds, announces the URL (stdout, and the first line on stderr), and serves until `shutdown`.
+async fn serve_websocket(
+    address: SocketAddr,
+    token: Option<String>,
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {address}: {e}")))?;
+    let url = format!("ws://{}", listener.local_addr()?);
+    eprintln!("exec-server listening on {url}");
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{url}")?;
+    stdout.flush()?;
+    drop(stdout);
+    exec_server::listen(listener, ListenOptions { config, token }, shutdown).await
 }
 
 /// Serves allocations of 1 MiB and more (message lines, file data) from their own

@@ -165,6 +165,17 @@ pub enum DecodeError {
     BadId(String),
 }
 
+impl DecodeError {
+    /// The problem alone, without the leading "failed to parse JSON-RPC message: ".
+    pub fn detail(&self) -> String {
+        let text = self.to_string();
+        match text.strip_prefix("failed to parse JSON-RPC message: ") {
+            Some(detail) => detail.to_owned(),
+            None => text,
+        }
+    }
+}
+
 impl Message {
     /// Decodes one line (without its newline) into a message.
     pub fn decode(line: &[u8]) -> Result<Message, DecodeError> {

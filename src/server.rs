@@ -19,12 +19,13 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
 use self::outbox::Outbox;
 use crate::fs::Roots;
 use crate::process::{Limits, ProcessTable, RETAINED_BYTES};
-use crate::transport;
+use crate::transport::{self, Incoming};
 
 /// Default `--max-message-bytes`: 64 MiB.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -96,11 +97,36 @@ where
     S: Future<Output = ()>,
 {
     let roots = Roots::new(&config.roots)?;
-    let (mut incoming, reader_task) = transport::spawn_reader(
+    let (incoming, reader) = transport::spawn_reader(
         BufReader::with_capacity(64 * 1024, reader),
         config.max_message_bytes,
     );
-    let (lines, writer_task) = transport::spawn_writer(writer);
+    let (outgoing, writer) = transport::spawn_writer(writer);
+    let channels = Channels { incoming, outgoing, reader, writer };
+    serve(channels, roots, &config, shutdown).await
+}
+
+/// One connection's transport, as the loop sees it: decoded messages in,
+/// encoded lines out, and the two tasks that own the real stream.
+pub(crate) struct Channels {
+    pub(crate) incoming: mpsc::Receiver<Incoming>,
+    pub(crate) outgoing: mpsc::Sender<String>,
+    pub(crate) reader: JoinHandle<()>,
+    pub(crate) writer: JoinHandle<io::Result<()>>,
+}
+
+/// The loop of one connection over any transport.
+pub(crate) async fn serve<S>(
+    channels: Channels,
+    roots: Roots,
+    config: &Config,
+    shutdown: S,
+) -> io::Result<()>
+where
+    S: Future<Output = ()>,
+{
+    let Channels { mut incoming, outgoing: lines, reader: reader_task, writer: writer_task } =
+        channels;
     let (events_tx, mut events) = mpsc::channel(EVENT_QUEUE);
     let limits = Limits {
         max_processes: config.max_processes,

@@ -6,7 +6,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::protocol::{DecodeError, Message};
+use crate::protocol::Message;
 
 /// One unit read from the input.
 #[derive(Debug, PartialEq, Eq)]
@@ -21,11 +21,27 @@ pub(crate) enum Frame {
 /// reader task, off the loop) or a line that was too long.
 #[derive(Debug)]
 pub(crate) enum Incoming {
-    /// A line decoded into a message, and the line's length in bytes.
-    Message(Result<Message, DecodeError>, usize),
-    /// A line longer than the limit; its bytes were discarded.
+    /// A line (or WebSocket frame) decoded into a message, and its length in bytes.
+    Message(Message, usize),
+    /// One that is not a message: the error text for the reply (id -1, -32600).
+    Malformed(String),
+    /// One longer than the limit; its bytes were discarded.
     TooLong { limit: usize },
 }
+
+impl Incoming {
+    /// Decodes one line or frame; `context` prefixes a parse error's detail
+    /// (the wording differs between stdio and WebSocket).
+    pub(crate) fn decode(bytes: &[u8], context: &str) -> Incoming {
+        match Message::decode(bytes) {
+            Ok(message) => Incoming::Message(message, bytes.len()),
+            Err(error) => Incoming::Malformed(format!("{context}{}", error.detail())),
+        }
+    }
+}
+
+/// The stdio wording of a parse error, before the detail.
+pub(crate) const LINE_ERROR: &str = "failed to parse JSON-RPC message: ";
 
 /// Reads the next frame; `Ok(None)` at end of input. Blank lines are skipped.
 /// A last line without `\n` still counts as a line.
@@ -105,10 +121,7 @@ where
     let task = tokio::spawn(async move {
         loop {
             let incoming = match read_frame(&mut reader, limit).await {
-                Ok(Some(Frame::Line(line))) => {
-                    let message = Message::decode(&line);
-                    Ok(Some(Incoming::Message(message, line.len())))
-                }
+                Ok(Some(Frame::Line(line))) => Ok(Some(Incoming::decode(&line, LINE_ERROR))),
                 Ok(Some(Frame::TooLong { limit })) => Ok(Some(Incoming::TooLong { limit })),
                 Ok(None) => Ok(None),
                 Err(error) => Err(error),

@@ -41,7 +41,8 @@ impl State {
     /// Handles one input message; encoded replies go to `out` (fs replies come later).
     pub(super) fn on_incoming(&mut self, incoming: Incoming, out: &mut Vec<String>) {
         let (message, bytes) = match incoming {
-            Incoming::Message(message, bytes) => (message, bytes),
+            Incoming::Message(message, bytes) => (Ok(message), bytes),
+            Incoming::Malformed(error) => (Err(error), 0),
             Incoming::TooLong { limit } => {
                 tracing::warn!(limit, "discarded a message over the size limit");
                 out.push(malformed(format!(
@@ -53,7 +54,7 @@ impl State {
         match message {
             Err(error) => {
                 tracing::warn!(%error, "malformed message");
-                out.push(malformed(error.to_string()));
+                out.push(malformed(error));
             }
             Ok(Message::Request(request)) => {
                 if let Some(reply) = self.on_request(request, bytes) {

@@ -379,8 +379,11 @@ async fn fake_server_gap_is_filled_with_a_read() {
 async fn handshake_timeout_and_wrong_version() {
     let (client_io, server_io) = tokio::io::duplex(1 << 16);
     let (read, write) = tokio::io::split(client_io);
-    let options =
-        ClientOptions { client_name: "t".into(), handshake_timeout: Duration::from_millis(50) };
+    let options = ClientOptions {
+        client_name: "t".into(),
+        handshake_timeout: Duration::from_millis(50),
+        ..ClientOptions::default()
+    };
     let error = Client::connect_with(read, write, options).await.err().unwrap();
     assert_eq!(error.to_string(), "timed out after 50ms waiting for the initialize response");
     drop(server_io);

@@ -16,3 +16,4 @@ mod robust;
 mod routing;
 mod support;
 mod traits;
+mod websocket;

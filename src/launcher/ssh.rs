@@ -1,0 +1,257 @@
+//! Servers on other machines over OpenSSH: the command line, and the opt-in
+//! self-install that streams the local binary to a remote without one.
+//!
+//! `ssh -T -o BatchMode=yes [options] DEST exec-server`: no tty (a tty would
+//! echo requests and turn `\n` into `\r\n`), no password prompt. The remote
+//! server's stdin is the ssh channel, so when the launcher goes away the remote
+//! side sees EOF and kills everything it started.
+//!
+//! Self-install: the remote command becomes a small `sh` script that runs the
+//! remote program if it is on PATH (or already installed in the cache
+//! directory), and otherwise prints `exec-server-launch:need OS ARCH`
+//! (`uname -sm`) and waits. When that matches this machine, the launcher sends
+//! the binary's size on a line and then its bytes on the same connection; the
+//! script stores them (`head -c`), marks the file executable, moves it into
+//! place and runs it. Every path ends with `exec-server-launch:ready` before
+//! the JSON-RPC stream starts. No cross-architecture install is attempted.
+
+use std::path::PathBuf;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::LaunchCommand;
+use crate::error::Error;
+
+/// The marker the remote script prints before the protocol starts.
+const READY: &str = "exec-server-launch:ready";
+/// The marker the remote script prints when it needs the binary.
+const NEED: &str = "exec-server-launch:need ";
+
+/// `exec-server` on another machine over OpenSSH; see [`LaunchCommand::ssh`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SshCommand {
+    destination: String,
+    ssh: PathBuf,
+    options: Vec<String>,
+    remote_program: String,
+    remote_args: Vec<String>,
+    install: Option<PathBuf>,
+    install_dir: Option<String>,
+}
+
+/// How to install the server on a remote that lacks it (see [`SshCommand::install_if_missing`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelfInstall {
+    /// The local binary streamed to the remote.
+    pub binary: PathBuf,
+}
+
+impl SshCommand {
+    pub(super) fn new(destination: impl Into<String>) -> SshCommand {
+        SshCommand {
+            destination: destination.into(),
+            ssh: PathBuf::from("ssh"),
+            options: Vec::new(),
+            remote_program: "exec-server".into(),
+            remote_args: Vec::new(),
+            install: None,
+            install_dir: None,
+        }
+    }
+
+    /// The local `ssh` program (default: `ssh` on PATH).
+    pub fn ssh_program(mut self, program: impl Into<PathBuf>) -> SshCommand {
+        self.ssh = program.into();
+        self
+    }
+
+    /// An extra argument for `ssh`, placed before the destination (`-p`, `2222`, `-i`, ...).
+    pub fn option(mut self, option: impl Into<String>) -> SshCommand {
+        self.options.push(option.into());
+        self
+    }
+
+    /// The server program on the remote (default: `exec-server`, looked up on its PATH).
+    pub fn remote_program(mut self, program: impl Into<String>) -> SshCommand {
+        self.remote_program = program.into();
+        self
+    }
+
+    /// An argument for the remote server (`--root`, `--max-processes`, ...).
+    pub fn remote_arg(mut self, arg: impl Into<String>) -> SshCommand {
+        self.remote_args.push(arg.into());
+        self
+    }
+
+    /// Opt-in: when the remote program is missing and the remote's `uname -sm`
+    /// matches this machine's, stream `binary` (this machine's exec-server)
+    /// into the remote cache directory and run it from there.
+    pub fn install_if_missing(mut self, binary: impl Into<PathBuf>) -> SshCommand {
+        self.install = Some(binary.into());
+        self
+    }
+
+    /// Where the remote keeps installed binaries (default:
+    /// `${XDG_CACHE_HOME:-$HOME/.cache}/exec-server/VERSION`).
+    pub fn install_dir(mut self, dir: impl Into<String>) -> SshCommand {
+        self.install_dir = Some(dir.into());
+        self
+    }
+
+    fn remote_command(&self) -> String {
+        let mut words = vec![quote(&self.remote_program)];
+        words.extend(self.remote_args.iter().map(|a| quote(a)));
+        let run = words.join(" ");
+        if self.install.is_none() {
+            return run;
+        }
+        let version = env!("CARGO_PKG_VERSION");
+        let dir = match &self.install_dir {
+            Some(dir) => quote(dir),
+            None => format!("\"${{XDG_CACHE_HOME:-$HOME/.cache}}/exec-server/{version}\""),
+        };
+        let args = self.remote_args.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" ");
+        let script = format!(
+            "prog={program}; dir={dir}; bin=\"$dir/exec-server\"\n\
+             if command -v \"$prog\" >/dev/null 2>&1; then echo {READY}; exec {run}; fi\n\
+             if [ -x \"$bin\" ]; then echo {READY}; exec \"$bin\" {args}; fi\n\
+             echo \"{NEED}$(uname -sm)\"\n\
+             read -r size || exit 3\n\
+             case \"$size\" in ''|*[!0-9]*) exit 3;; esac\n\
+             mkdir -p \"$dir\" || exit 4\n\
+             head -c \"$size\" > \"$bin.$$\" && chmod 755 \"$bin.$$\" && mv \"$bin.$$\" \"$bin\" || exit 4\n\
+             echo {READY}\n\
+             exec \"$bin\" {args}",
+            program = quote(&self.remote_program),
+        );
+        format!("sh -c {}", quote(&script))
+    }
+}
+
+impl From<SshCommand> for LaunchCommand {
+    fn from(ssh: SshCommand) -> LaunchCommand {
+        let mut args = vec!["-T".to_owned(), "-o".to_owned(), "BatchMode=yes".to_owned()];
+        args.extend(ssh.options.iter().cloned());
+        args.push("--".to_owned());
+        args.push(ssh.destination.clone());
+        args.push(ssh.remote_command());
+        let mut command = LaunchCommand::new(ssh.ssh.clone());
+        command.args = args;
+        command.self_install = ssh.install.clone().map(|binary| SelfInstall { binary });
+        command
+    }
+}
+
+/// Runs the install dialogue on a fresh connection: reads the remote script's
+/// marker lines and, when asked and the machines match, sends the binary.
+pub(super) async fn self_install<R, W>(
+    install: &SelfInstall,
+    stdout: &mut R,
+    stdin: &mut W,
+) -> Result<(), Error>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    loop {
+        let line = read_line(stdout).await?;
+        if line == READY {
+            return Ok(());
+        }
+        let Some(remote) = line.strip_prefix(NEED) else {
+            tracing::debug!(%line, "ignoring a line before the server started");
+            continue;
+        };
+        let local = local_uname();
+        if remote.trim() != local {
+            return Err(Error::Protocol(format!(
+                "exec-server is not installed on the remote, which is `{remote}`; this machine is `{local}`, so its binary cannot be installed there"
+            )));
+        }
+        let bytes = tokio::fs::read(&install.binary).await.map_err(|e| {
+            Error::io(format!("cannot read {} to install it", install.binary.display()), e)
+        })?;
+        let sent = async {
+            stdin.write_all(format!("{}\n", bytes.len()).as_bytes()).await?;
+            stdin.write_all(&bytes).await?;
+            stdin.flush().await
+        };
+        sent.await.map_err(|e| Error::io("cannot send the binary to the remote", e))?;
+    }
+}
+
+/// One line, read a byte at a time so nothing after it is consumed.
+pub(super) async fn read_line<R: AsyncRead + Unpin>(reader: &mut R) -> Result<String, Error> {
+    let mut line = Vec::new();
+    loop {
+        let mut byte = [0u8; 1];
+        let n = reader
+            .read(&mut byte)
+            .await
+            .map_err(|e| Error::io("cannot read from the remote", e))?;
+        if n == 0 {
+            return Err(Error::Protocol(format!(
+                "the remote closed the connection before the server started (after {:?})",
+                String::from_utf8_lossy(&line)
+            )));
+        }
+        if byte[0] == b'\n' {
+            return Ok(String::from_utf8_lossy(&line).into_owned());
+        }
+        if line.len() > 4096 {
+            return Err(Error::Protocol("the remote printed an overlong line".into()));
+        }
+        line.push(byte[0]);
+    }
+}
+
+/// This machine as `uname -sm` prints it, such as `Linux x86_64`.
+fn local_uname() -> String {
+    // SAFETY: utsname is plain data; uname fills it in.
+    let mut name: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: uname writes only to `name`.
+    if unsafe { libc::uname(&mut name) } != 0 {
+        return String::new();
+    }
+    let field = |chars: &[libc::c_char]| {
+        let bytes: Vec<u8> = chars.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    format!("{} {}", field(&name.sysname), field(&name.machine))
+}
+
+/// Quotes `word` for a POSIX shell.
+fn quote(word: &str) -> String {
+    format!("'{}'", word.replace('\'', "'\\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_ssh_runs_the_remote_program() {
+        let command: LaunchCommand =
+            LaunchCommand::ssh("me@host").option("-p").option("2222").into();
+        assert_eq!(command.program, PathBuf::from("ssh"));
+        assert_eq!(
+            command.args,
+            ["-T", "-o", "BatchMode=yes", "-p", "2222", "--", "me@host", "'exec-server'"]
+        );
+        assert_eq!(command.self_install, None);
+    }
+
+    #[test]
+    fn quoting_survives_single_quotes() {
+        assert_eq!(quote("it's"), "'it'\\''s'");
+        let command: LaunchCommand =
+            LaunchCommand::ssh("h").remote_program("/opt/my dir/exec-server").into();
+        assert_eq!(command.args.last().unwrap(), "'/opt/my dir/exec-server'");
+    }
+
+    #[test]
+    fn uname_looks_like_uname() {
+        let uname = local_uname();
+        assert!(uname.starts_with("Linux "), "{uname}");
+    }
+}

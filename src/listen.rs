@@ -1,0 +1,227 @@
+//! `--listen ws://IP:PORT`: JSON-RPC over WebSocket, one session per connection.
+//!
+//! Each connection gets its own handshake, process table and loop
+//! ([`crate::server`]'s `serve`), exactly as a stdio session. A reader task
+//! turns frames into messages and a writer task lines into text frames and
+//! pings the peer every 30 s; a peer silent for a whole ping period is dropped.
+//! Upgrades carrying an `Origin` header are refused (403): a web page must
+//! never drive the server. With a token, every upgrade must carry
+//! `Authorization: Bearer TOKEN` (else 401).
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::http::{header, StatusCode};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::Message as Frame;
+use tokio_tungstenite::WebSocketStream;
+
+use crate::fs::Roots;
+use crate::server::{serve, Channels, Config, OnEof};
+use crate::transport::Incoming;
+
+/// How often the server pings each peer; a peer silent for a whole period is dropped.
+pub const PING_INTERVAL: Duration = Duration::from_secs(30);
+/// The WebSocket wording of a parse error, before the parser's detail.
+const FRAME_ERROR: &str = "failed to parse websocket JSON-RPC message from exec-server websocket: ";
+/// How long connections get to end after SIGTERM before the server exits anyway.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// What a listening server needs besides its socket.
+#[derive(Debug, Clone)]
+pub struct ListenOptions {
+    /// Settings of every connection (`on_eof` is always kill).
+    pub config: Config,
+    /// The bearer token every upgrade must carry, if any.
+    pub token: Option<String>,
+}
+
+/// Serves WebSocket connections on `listener` until `shutdown` completes, then
+/// kills every connection's processes and returns.
+pub async fn listen<S>(listener: TcpListener, options: ListenOptions, shutdown: S) -> io::Result<()>
+where
+    S: std::future::Future<Output = ()>,
+{
+    // Checked once here so a bad root fails at start, not per connection.
+    Roots::new(&options.config.roots)?;
+    let options = Arc::new(options);
+    let (stop, stopped) = watch::channel(false);
+    let mut connections = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    connections.spawn(connection(stream, peer, options.clone(), stopped.clone()));
+                }
+                Err(error) => tracing::warn!(%error, "accepting a connection failed"),
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            () = &mut shutdown => break,
+        }
+    }
+    tracing::info!(connections = connections.len(), "shutting down every connection");
+    let _ = stop.send(true);
+    let ended = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while connections.join_next().await.is_some() {}
+    });
+    if ended.await.is_err() {
+        tracing::warn!("connections did not end in time; leaving them");
+    }
+    Ok(())
+}
+
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    options: Arc<ListenOptions>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let limit = options.config.max_message_bytes;
+    // The hard cap lets a frame a little over the limit be refused politely;
+    // far beyond it, tungstenite drops the connection.
+    let hard_cap = limit.saturating_mul(2).max(1 << 20);
+    let ws_config =
+        WebSocketConfig::default().max_message_size(Some(hard_cap)).max_frame_size(Some(hard_cap));
+    let token = options.token.clone();
+    let check = move |request: &Request, response: Response| authorize(request, response, &token);
+    let ws = match tokio_tungstenite::accept_hdr_async_with_config(stream, check, Some(ws_config))
+        .await
+    {
+        Ok(ws) => ws,
+        Err(error) => {
+            tracing::info!(%peer, %error, "refused a WebSocket upgrade");
+            return;
+        }
+    };
+    tracing::info!(%peer, "connection opened");
+    let roots = match Roots::new(&options.config.roots) {
+        Ok(roots) => roots,
+        Err(error) => {
+            tracing::error!(%error, "cannot resolve the roots");
+            return;
+        }
+    };
+    let channels = bridge(ws, limit);
+    let config = Config { on_eof: OnEof::Kill, ..options.config.clone() };
+    let shutdown = async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+    if let Err(error) = serve(channels, roots, &config, shutdown).await {
+        tracing::info!(%peer, %error, "connection ended with an error");
+    }
+    tracing::info!(%peer, "connection closed");
+}
+
+/// Refuses browsers (Origin: 403) and, with a token, upgrades without it (401).
+fn authorize(
+    request: &Request,
+    response: Response,
+    token: &Option<String>,
+) -> Result<Response, ErrorResponse> {
+    if request.headers().contains_key(header::ORIGIN) {
+        return Err(refusal(StatusCode::FORBIDDEN, "requests from web pages are refused"));
+    }
+    if let Some(token) = token {
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if !same_secret(presented.as_bytes(), token.as_bytes()) {
+            return Err(refusal(StatusCode::UNAUTHORIZED, "a valid bearer token is required"));
+        }
+    }
+    Ok(response)
+}
+
+fn refusal(status: StatusCode, text: &str) -> ErrorResponse {
+    let mut response = ErrorResponse::new(Some(text.to_owned()));
+    *response.status_mut() = status;
+    response
+}
+
+/// Compares two secrets in time that depends only on their lengths.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The reader and writer tasks of one WebSocket, as the loop's channels.
+fn bridge(ws: WebSocketStream<TcpStream>, limit: usize) -> Channels {
+    let (mut sink, mut stream) = ws.split();
+    let (incoming_tx, incoming) = mpsc::channel(2);
+    let (outgoing, mut lines) = mpsc::channel::<String>(16);
+    let heard = Arc::new(AtomicBool::new(true));
+    let heard_by_reader = heard.clone();
+    let reader = tokio::spawn(async move {
+        while let Some(frame) = stream.next().await {
+            heard_by_reader.store(true, Ordering::Relaxed);
+            let bytes = match frame {
+                Ok(Frame::Text(text)) => text.as_bytes().to_vec(),
+                Ok(Frame::Binary(bytes)) => bytes.to_vec(),
+                Ok(Frame::Close(_)) => break,
+                Ok(_) => continue,
+                Err(error) => {
+                    tracing::info!(%error, "WebSocket read failed; closing");
+                    break;
+                }
+            };
+            let message = if bytes.len() > limit {
+                Incoming::TooLong { limit }
+            } else {
+                Incoming::decode(&bytes, FRAME_ERROR)
+            };
+            if incoming_tx.send(message).await.is_err() {
+                break;
+            }
+        }
+    });
+    let writer = tokio::spawn(async move {
+        let mut ping = tokio::time::interval(PING_INTERVAL);
+        ping.tick().await;
+        loop {
+            tokio::select! {
+                line = lines.recv() => match line {
+                    Some(line) => sink.send(Frame::text(line)).await.map_err(io::Error::other)?,
+                    None => break,
+                },
+                _ = ping.tick() => {
+                    if !heard.swap(false, Ordering::Relaxed) {
+                        tracing::info!("the peer answered no ping for {PING_INTERVAL:?}; closing");
+                        return Err(io::Error::new(io::ErrorKind::TimedOut, "peer went silent"));
+                    }
+                    sink.send(Frame::Ping(Default::default())).await.map_err(io::Error::other)?;
+                }
+            }
+        }
+        let _ = sink.close().await;
+        Ok(())
+    });
+    Channels { incoming, outgoing, reader, writer }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_compare_by_content_and_length() {
+        assert!(same_secret(b"s3cret", b"s3cret"));
+        assert!(!same_secret(b"s3cret", b"s3creT"));
+        assert!(!same_secret(b"s3cret", b"s3cret!"));
+        assert!(!same_secret(b"", b"x"));
+    }
+}
