@@ -79,6 +79,8 @@ where
     Ok(())
 }
 
+// The handshake callback's error type is tungstenite's own HTTP response.
+#[allow(clippy::result_large_err)]
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
@@ -123,6 +125,8 @@ async fn connection(
 }
 
 /// Refuses browsers (Origin: 403) and, with a token, upgrades without it (401).
+/// The shape of the result is tungstenite's handshake callback.
+#[allow(clippy::result_large_err)]
 fn authorize(
     request: &Request,
     response: Response,
