@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::binary::{Binary, BIN};
 use crate::support::{scratch, unb64};
+use crate::websocket::{WsPeer, WsServer};
 
 /// `expected` matches `actual` when equal, where the string "<any>" matches anything.
 fn matches(expected: &Value, actual: &Value) -> bool {
@@ -22,38 +23,115 @@ fn matches(expected: &Value, actual: &Value) -> bool {
     }
 }
 
-async fn replay(path: &Path) {
+/// How a transcript reaches the binary.
+#[derive(Debug, Clone, Copy)]
+enum Transport {
+    Stdio,
+    WebSocket,
+}
+
+/// One client connection of either transport.
+enum Peer {
+    Stdio(Binary),
+    WebSocket(WsServer, WsPeer),
+}
+
+impl Peer {
+    async fn start(transport: Transport) -> Peer {
+        match transport {
+            Transport::Stdio => Peer::Stdio(Binary::spawn(&[])),
+            Transport::WebSocket => {
+                let server = WsServer::start(&["--listen", "ws://127.0.0.1:0"]).await;
+                let peer = WsPeer::connect(&server.url).await;
+                Peer::WebSocket(server, peer)
+            }
+        }
+    }
+
+    async fn send(&mut self, line: &str) {
+        match self {
+            Peer::Stdio(server) => server.send_line(line).await,
+            Peer::WebSocket(_, peer) => peer.send_text(line).await,
+        }
+    }
+
+    async fn next(&mut self) -> Option<Value> {
+        match self {
+            Peer::Stdio(server) => server.next().await,
+            Peer::WebSocket(_, peer) => peer.next().await,
+        }
+    }
+
+    /// Ends the session: the connection must close with nothing more sent,
+    /// and the server must exit 0 (a listening server once told to stop).
+    async fn finish(mut self, at: &str) {
+        match &mut self {
+            Peer::Stdio(server) => server.close_stdin(),
+            Peer::WebSocket(_, peer) => peer.close().await,
+        }
+        assert_eq!(self.next().await, None, "{at}: unexpected extra output");
+        let code = match &mut self {
+            Peer::Stdio(server) => server.exit_code().await,
+            Peer::WebSocket(server, _) => {
+                server.signal(libc::SIGTERM);
+                server.exit_code().await
+            }
+        };
+        assert_eq!(code, Some(0), "{at}: exit status");
+    }
+}
+
+/// The transcript's expected message as the transport words it.
+fn worded_for(transport: Transport, expected: &str) -> String {
+    match transport {
+        Transport::Stdio => expected.to_owned(),
+        Transport::WebSocket => expected.replace(
+            "failed to parse JSON-RPC message: ",
+            "failed to parse websocket JSON-RPC message from exec-server websocket: ",
+        ),
+    }
+}
+
+async fn replay(path: &Path, transport: Transport) {
     let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-    let dir = scratch(&format!("transcript-{name}"));
+    let dir = scratch(&format!("transcript-{name}-{transport:?}"));
     let text = std::fs::read_to_string(path).unwrap().replace("${DIR}", dir.to_str().unwrap());
-    let mut server = Binary::spawn(&[]);
+    let mut peer = Peer::start(transport).await;
     for (number, line) in text.lines().enumerate() {
-        let at = format!("{}:{}", path.display(), number + 1);
+        let at = format!("{}:{} over {transport:?}", path.display(), number + 1);
         if let Some(sent) = line.strip_prefix("> ") {
-            server.send_line(sent).await;
+            peer.send(sent).await;
         } else if let Some(expected) = line.strip_prefix("< ") {
-            let expected: Value =
-                serde_json::from_str(expected).unwrap_or_else(|e| panic!("{at}: {e}"));
-            let actual =
-                server.next().await.unwrap_or_else(|| panic!("{at}: server closed stdout"));
+            let expected: Value = serde_json::from_str(&worded_for(transport, expected))
+                .unwrap_or_else(|e| panic!("{at}: {e}"));
+            let actual = peer.next().await.unwrap_or_else(|| panic!("{at}: server closed"));
             assert!(matches(&expected, &actual), "{at}:\nexpected {expected}\n  actual {actual}");
         } else {
             assert!(line.is_empty() || line.starts_with('#'), "{at}: unknown line {line:?}");
         }
     }
-    server.close_stdin();
-    assert_eq!(server.next().await, None, "{}: unexpected extra output", path.display());
-    assert_eq!(server.exit_code().await, Some(0));
+    peer.finish(&format!("{} over {transport:?}", path.display())).await;
 }
 
-#[tokio::test]
-async fn transcripts_replay_through_the_binary() {
+fn transcripts() -> Vec<std::path::PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/transcripts");
     let mut paths: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
     paths.sort();
     assert!(paths.len() >= 4, "transcripts are missing: {paths:?}");
-    for path in paths {
-        replay(&path).await;
+    paths
+}
+
+#[tokio::test]
+async fn transcripts_replay_through_the_binary() {
+    for path in transcripts() {
+        replay(&path, Transport::Stdio).await;
+    }
+}
+
+#[tokio::test]
+async fn transcripts_replay_over_websocket() {
+    for path in transcripts() {
+        replay(&path, Transport::WebSocket).await;
     }
 }
 

@@ -79,3 +79,15 @@ async fn remote_executor() {
     let launcher = Launcher::spawn(LaunchCommand::new(BIN)).await.unwrap();
     executor_suite(RemoteExecutor::new(launcher.client().clone())).await;
 }
+
+#[tokio::test]
+async fn remote_filesystem_and_executor_over_websocket() {
+    let launcher =
+        Launcher::spawn_listening(LaunchCommand::new(BIN), ClientOptions::default()).await.unwrap();
+    let server = launcher.pid();
+    filesystem_suite(RemoteFileSystem::new(launcher.client().clone()), &scratch("traits-ws-fs"))
+        .await;
+    executor_suite(RemoteExecutor::new(launcher.client().clone())).await;
+    drop(launcher);
+    crate::support::wait_dead(server).await;
+}
