@@ -33,7 +33,7 @@ enum Transport {
 /// One client connection of either transport.
 enum Peer {
     Stdio(Binary),
-    WebSocket(WsServer, WsPeer),
+    WebSocket(WsServer, Box<WsPeer>),
 }
 
 impl Peer {
@@ -43,7 +43,7 @@ impl Peer {
             Transport::WebSocket => {
                 let server = WsServer::start(&["--listen", "ws://127.0.0.1:0"]).await;
                 let peer = WsPeer::connect(&server.url).await;
-                Peer::WebSocket(server, peer)
+                Peer::WebSocket(server, Box::new(peer))
             }
         }
     }
