@@ -14,6 +14,7 @@ mod protocol;
 mod pty;
 mod robust;
 mod routing;
+mod ssh;
 mod support;
 mod traits;
 mod websocket;
