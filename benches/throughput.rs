@@ -156,6 +156,11 @@ async fn main() {
     let launcher = Launcher::spawn(LaunchCommand::new(server_binary())).await.unwrap();
     let remote = launcher.client().clone();
     let in_process = Client::in_process(Config::default()).await.unwrap();
+    let ws_launcher =
+        Launcher::spawn_listening(LaunchCommand::new(server_binary()), ClientOptions::default())
+            .await
+            .unwrap();
+    let ws = ws_launcher.client().clone();
     println!("exec-server benchmarks (median of {RUNS} runs; baselines measured in this run)");
 
     let direct = median(direct_output).await;
@@ -189,6 +194,20 @@ async fn main() {
         "MiB/s",
         true,
     );
+    let via_ws = median(|| {
+        n += 1;
+        let id = format!("out-{n}");
+        let ws = ws.clone();
+        async move { server_output(&ws, &id).await }
+    })
+    .await;
+    report(
+        "output 256 MiB, WebSocket vs stdio (MiB/s)",
+        mib_per_s(OUTPUT_BYTES, via_ws),
+        mib_per_s(OUTPUT_BYTES, via_binary),
+        "MiB/s",
+        true,
+    );
 
     let direct = median(direct_spawns).await;
     let via_binary = median(|| {
@@ -209,6 +228,12 @@ async fn main() {
     .await;
     let per = |d: Duration| d.as_secs_f64() * 1e6 / ROUND_TRIPS as f64;
     report("request round trip, process/terminate (us)", per(via_binary), per(direct), "us", false);
+    let via_ws = median(|| {
+        let ws = ws.clone();
+        async move { server_round_trips(&ws).await }
+    })
+    .await;
+    report("round trip over WebSocket vs stdio (us)", per(via_ws), per(via_binary), "us", false);
     let via_binary = median(|| {
         let remote = remote.clone();
         async move { metadata_round_trips(&remote).await }
