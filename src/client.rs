@@ -4,6 +4,7 @@
 //! [`Process`] handles and [`EventStream`]s; one writer task owns the output.
 //! When the transport closes, every pending call fails with [`Error::Closed`].
 
+mod events;
 mod process;
 mod routing;
 mod ws;
@@ -16,6 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
+pub use self::events::{Event, EventStream};
 pub use self::process::{ExitStatus, OutputChunk, Process};
 use self::routing::{Route, Shared};
 use crate::error::Error;
@@ -213,7 +215,7 @@ impl Client {
         }
     }
 
-    /// Every notification from now on, raw.
+    /// Every notification from now on, typed (bounded: a slow reader is told it lagged).
     pub fn events(&self) -> EventStream {
         EventStream { receiver: self.inner.shared.subscribe() }
     }
@@ -234,13 +236,44 @@ impl Client {
         *self.inner.shared.closed_watch().borrow()
     }
 
-    /// Sends a request whose answer nobody waits for (used from `Drop`).
+    /// Sends a request whose answer nobody waits for (used from `Drop`, which
+    /// cannot await). When the queue is full the send waits in a small task of
+    /// its own on the current runtime; when it cannot be delivered at all (the
+    /// connection is gone, or no runtime), that is logged.
     pub(crate) fn send_and_forget<M: Method>(&self, params: &M::Params) {
         let id = RequestId::from(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
         let Ok(line) = encode_request::<M>(&id, params) else { return };
-        self.inner.shared.ignore_response(id);
-        if let Some(outgoing) = lock(&self.inner.outgoing).as_ref() {
-            let _ = outgoing.try_send(line);
+        let Some(outgoing) = lock(&self.inner.outgoing).clone() else {
+            tracing::warn!(method = M::NAME, "cannot send: the connection is closed");
+            return;
+        };
+        let shared = self.inner.shared.clone();
+        shared.ignore_response(id.clone());
+        let line = match outgoing.try_send(line) {
+            Ok(()) => return,
+            Err(mpsc::error::TrySendError::Full(line)) => line,
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                shared.unignore_response(&id);
+                tracing::warn!(method = M::NAME, "cannot send: the connection is closed");
+                return;
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if outgoing.send(line).await.is_err() {
+                        shared.unignore_response(&id);
+                        tracing::warn!(method = M::NAME, "cannot send: the connection closed");
+                    }
+                });
+            }
+            Err(_) => {
+                shared.unignore_response(&id);
+                tracing::warn!(
+                    method = M::NAME,
+                    "cannot send: the queue is full and no runtime runs"
+                );
+            }
         }
     }
 
@@ -300,19 +333,6 @@ typed_calls! {
     copy: Copy;
     /// `fs/rename`.
     rename: Rename;
-}
-
-/// Every notification the server sends, in order. Unread events queue up:
-/// drop the stream when you stop reading it.
-pub struct EventStream {
-    receiver: mpsc::UnboundedReceiver<Notification>,
-}
-
-impl EventStream {
-    /// The next notification, or `None` once the connection is closed.
-    pub async fn next(&mut self) -> Option<Notification> {
-        self.receiver.recv().await
-    }
 }
 
 /// Sends request `M` with `id` and awaits its decoded result.

@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWrite, BufReader};
 use tokio::process::{Child, ChildStdin};
@@ -121,7 +121,8 @@ pub enum Shutdown {
 /// ```
 pub struct Launcher {
     client: Client,
-    child: Child,
+    /// Taken only by `Drop`, which hands it to a reaper task.
+    child: Option<Child>,
     stdin: Arc<Mutex<Option<ChildStdin>>>,
     pid: u32,
     stderr: JoinHandle<()>,
@@ -152,7 +153,10 @@ impl Launcher {
         let stdin = Arc::new(Mutex::new(Some(stdin)));
         let writer = SharedStdin(stdin.clone());
         match Client::connect_with(stdout, writer, options).await {
-            Ok(client) => Ok(Launcher { client, child, stdin, pid, stderr, listening: false }),
+            Ok(client) => {
+                let child = Some(child);
+                Ok(Launcher { client, child, stdin, pid, stderr, listening: false })
+            }
             Err(error) => {
                 let _ = child.start_kill();
                 let _ = child.wait().await;
@@ -183,6 +187,7 @@ impl Launcher {
             Ok(client) => {
                 let Started { child, stdin, stderr, pid, .. } = started;
                 let stdin = Arc::new(Mutex::new(Some(stdin)));
+                let child = Some(child);
                 Ok(Launcher { client, child, stdin, pid, stderr, listening: true })
             }
             Err(error) => Err(started.abandon(error).await),
@@ -213,14 +218,16 @@ impl Started {
             std_command.current_dir(cwd);
         }
         let parent = std::process::id();
-        // SAFETY: only async-signal-safe calls (prctl, getppid) run in the child.
+        // SAFETY: only async-signal-safe calls (prctl, getppid) run in the child,
+        // and its errors come from raw errno values (no allocation).
         unsafe {
             std_command.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
                     return Err(io::Error::last_os_error());
                 }
+                // The launching process died before prctl: no signal would come.
                 if libc::getppid() as u32 != parent {
-                    return Err(io::Error::other("the launching process exited"));
+                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
                 }
                 Ok(())
             });
@@ -262,12 +269,12 @@ impl Launcher {
 
     /// The server's exit status if it has exited.
     pub fn try_wait(&mut self) -> Result<Option<std::process::ExitStatus>, Error> {
-        self.child.try_wait().map_err(|e| Error::io("cannot check the server", e))
+        self.child_mut().try_wait().map_err(|e| Error::io("cannot check the server", e))
     }
 
     /// Waits for the server to exit (on its own, or after [`Client::close`]).
     pub async fn wait(&mut self) -> Result<std::process::ExitStatus, Error> {
-        self.child.wait().await.map_err(|e| Error::io("cannot wait for the server", e))
+        self.child_mut().wait().await.map_err(|e| Error::io("cannot wait for the server", e))
     }
 
     /// Closes stdin and waits up to `timeout` for the server to exit, then sends
@@ -291,37 +298,48 @@ impl Launcher {
     }
 
     fn signal(&self, signal: libc::c_int) {
-        // SAFETY: killpg has no memory-safety preconditions; the group is the server's own.
-        unsafe { libc::killpg(self.pid as libc::pid_t, signal) };
+        signal_group(self.pid, signal);
     }
 
-    /// Polls for exit for up to `grace` (used from `Drop`, which cannot await).
-    fn exited_within(&mut self, grace: Duration) -> bool {
-        let deadline = Instant::now() + grace;
-        loop {
-            if matches!(self.child.try_wait(), Ok(Some(_)) | Err(_)) {
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
+    fn child_mut(&mut self) -> &mut Child {
+        self.child.as_mut().expect("the child is taken only by Drop")
     }
 }
 
 impl Drop for Launcher {
+    /// Closes the server's stdin at once and leaves the rest to a reaper task
+    /// on the current runtime (SIGTERM after a grace, then SIGKILL): dropping
+    /// never blocks the runtime thread. Without a runtime, it waits here, as
+    /// nothing else could.
     fn drop(&mut self) {
         self.close_stdin();
-        if self.listening || !self.exited_within(DROP_GRACE) {
-            self.signal(libc::SIGTERM);
-            if !self.exited_within(DROP_GRACE) {
-                self.signal(libc::SIGKILL);
-                let _ = self.child.start_kill();
+        let Some(mut child) = self.child.take() else { return };
+        let (pid, listening) = (self.pid, self.listening);
+        let stderr = self.stderr.abort_handle();
+        let reap = async move {
+            if listening || tokio::time::timeout(DROP_GRACE, child.wait()).await.is_err() {
+                signal_group(pid, libc::SIGTERM);
+                if tokio::time::timeout(DROP_GRACE, child.wait()).await.is_err() {
+                    signal_group(pid, libc::SIGKILL);
+                    let _ = child.wait().await;
+                }
             }
+            stderr.abort();
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(reap)),
+            Err(_) => match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime.block_on(reap),
+                Err(_) => signal_group(pid, libc::SIGKILL),
+            },
         }
-        self.stderr.abort();
     }
+}
+
+fn signal_group(pid: u32, signal: libc::c_int) {
+    // SAFETY: killpg has no memory-safety preconditions; the group is the server's own
+    // (it is unreaped until the reaper's wait returns).
+    unsafe { libc::killpg(pid as libc::pid_t, signal) };
 }
 
 /// The server's stdin, closable from `Drop` while the client's writer task holds it.

@@ -48,7 +48,8 @@ mod stdio;
 mod transport;
 
 pub use crate::client::{
-    Client, ClientOptions, EventStream, ExitStatus, OutputChunk, Process, DEFAULT_HANDSHAKE_TIMEOUT,
+    Client, ClientOptions, Event, EventStream, ExitStatus, OutputChunk, Process,
+    DEFAULT_HANDSHAKE_TIMEOUT,
 };
 pub use crate::error::Error;
 pub use crate::executor::{Executor, LocalExecutor, RemoteExecutor};

@@ -5,8 +5,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
+use super::events::{Event, EVENT_BUFFER};
 use super::process::{ExitStatus, OutputChunk};
 use super::{lock, ClosedWatch};
 use crate::error::Error;
@@ -53,7 +54,8 @@ struct Pending {
 pub(crate) struct Shared {
     pending: Mutex<Pending>,
     routes: Mutex<HashMap<String, Route>>,
-    subscribers: Mutex<Vec<mpsc::UnboundedSender<Notification>>>,
+    /// `None` once closed: a subscriber then gets an ended stream.
+    events: Mutex<Option<broadcast::Sender<Event>>>,
     closed: watch::Sender<bool>,
     next_route: AtomicU64,
     /// Whether the server sends `process/closed` (Part B); without it, exit ends a stream.
@@ -65,7 +67,7 @@ impl Default for Shared {
         Shared {
             pending: Mutex::default(),
             routes: Mutex::default(),
-            subscribers: Mutex::default(),
+            events: Mutex::new(Some(broadcast::channel(EVENT_BUFFER).0)),
             closed: watch::channel(false).0,
             next_route: AtomicU64::new(1),
             sends_closed: AtomicBool::new(true),
@@ -95,14 +97,27 @@ impl Shared {
         lock(&self.pending).ignored.insert(id);
     }
 
+    /// The request was never sent: no response will come to ignore.
+    pub(crate) fn unignore_response(&self, id: &RequestId) {
+        lock(&self.pending).ignored.remove(id);
+    }
+
     /// Registers a process route; returns its key for [`Shared::remove_route`].
+    /// A live route for `id` is never replaced: a handle for that id exists, so
+    /// the server still knows the id and would refuse the start.
     pub(crate) fn add_route(&self, id: &str, mut route: Route) -> Result<u64, Error> {
         if lock(&self.pending).closed {
             return Err(Error::Closed);
         }
+        let mut routes = lock(&self.routes);
+        if routes.contains_key(id) {
+            return Err(Error::Rpc(ErrorObject::invalid_request(format!(
+                "process {id} already exists"
+            ))));
+        }
         route.key = self.next_route.fetch_add(1, Ordering::Relaxed);
         let key = route.key;
-        lock(&self.routes).insert(id.to_owned(), route);
+        routes.insert(id.to_owned(), route);
         Ok(key)
     }
 
@@ -119,12 +134,13 @@ impl Shared {
         self.sends_closed.store(sends_closed, Ordering::Relaxed);
     }
 
-    pub(crate) fn subscribe(&self) -> mpsc::UnboundedReceiver<Notification> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        if !*self.closed.borrow() {
-            lock(&self.subscribers).push(tx);
+    /// A new subscriber; decided under the lock that [`Shared::close`] takes,
+    /// so a stream made during close still ends.
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Event> {
+        match lock(&self.events).as_ref() {
+            Some(events) => events.subscribe(),
+            None => broadcast::channel(1).1,
         }
-        rx
     }
 
     pub(crate) fn closed_watch(&self) -> ClosedWatch {
@@ -144,7 +160,11 @@ impl Shared {
             }
             Message::Notification(notification) => {
                 self.route(&notification);
-                lock(&self.subscribers).retain(|s| s.send(notification.clone()).is_ok());
+                if let Some(events) = lock(&self.events).as_ref() {
+                    if events.receiver_count() > 0 {
+                        let _ = events.send(Event::from_notification(&notification));
+                    }
+                }
             }
             Message::Request(request) => {
                 tracing::warn!(method = %request.method, "ignoring a request from the server");
@@ -161,7 +181,7 @@ impl Shared {
         };
         drop(calls);
         lock(&self.routes).clear();
-        lock(&self.subscribers).clear();
+        lock(&self.events).take();
         self.closed.send_replace(true);
     }
 

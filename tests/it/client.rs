@@ -170,12 +170,23 @@ async fn the_event_stream_sees_every_notification() {
     let client = Client::in_process(Config::default()).await.unwrap();
     let mut events = client.events();
     let _process = client.start(params("e", &["printf", "x"])).await.unwrap();
-    let mut methods = Vec::new();
-    while methods.last().map(String::as_str) != Some("process/closed") {
-        let event = within("events", events.next()).await.unwrap();
-        methods.push(event.method);
+    let mut seen = Vec::new();
+    while !matches!(seen.last(), Some(Event::Closed { .. })) {
+        seen.push(within("events", events.next()).await.unwrap());
     }
-    assert_eq!(methods, ["process/output", "process/exited", "process/closed"]);
+    let output = OutputChunk { seq: 1, stream: Stream::Stdout, bytes: b"x".to_vec() };
+    assert_eq!(
+        seen,
+        [
+            Event::Output { process_id: "e".into(), chunk: output },
+            Event::Exited {
+                process_id: "e".into(),
+                seq: 1,
+                status: ExitStatus { code: 0, signal: None }
+            },
+            Event::Closed { process_id: "e".into(), seq: 1 },
+        ]
+    );
 }
 
 #[tokio::test]
@@ -189,8 +200,8 @@ async fn kill_on_drop_is_opt_in() {
     drop(killed);
     loop {
         let event = within("the killed process to exit", events.next()).await.unwrap();
-        if event.method == "process/exited" {
-            assert_eq!(event.params["processId"], "killed");
+        if let Event::Exited { process_id, .. } = event {
+            assert_eq!(process_id, "killed");
             break;
         }
     }
@@ -412,4 +423,65 @@ async fn fake_part_a_server_without_seqs_or_closed() {
     }
     assert_eq!(chunks, vec![(1, "one".to_owned()), (2, "two".to_owned())]);
     assert_eq!(process.wait().await.unwrap(), ExitStatus { code: 3, signal: None });
+}
+
+#[tokio::test]
+async fn a_refused_duplicate_start_leaves_the_live_handle_working() {
+    let client = Client::in_process(Config::default()).await.unwrap();
+    let mut first = client.start(params("x", &["cat"]).with_stdin()).await.unwrap();
+    let duplicate = client.start(params("x", &["true"])).await.unwrap_err();
+    assert_eq!(duplicate.rpc().unwrap().message, "process x already exists");
+    first.write(b"still routed\n").await.unwrap();
+    first.close_stdin().await.unwrap();
+    let (output, status) = first.output_to_end().await.unwrap();
+    assert_eq!((output.as_slice(), status.code), (&b"still routed\n"[..], 0));
+}
+
+#[tokio::test]
+async fn kill_on_drop_is_delivered_even_when_the_queue_is_full() {
+    let (client, mut fake) = Fake::connect().await;
+    let mut doomed = fake.start(&client, "doomed").await;
+    doomed.kill_on_drop(true);
+    // The fake stops reading: calls pile up in the pipe and the client's queue.
+    let mut calls = Vec::new();
+    for _ in 0..3000 {
+        let client = client.clone();
+        calls.push(tokio::spawn(async move { client.list(Empty {}).await }));
+    }
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+    drop(doomed);
+    let terminate = within("the terminate of the dropped handle", async {
+        loop {
+            let request = fake.request().await;
+            if request["method"] == "process/terminate" {
+                return request;
+            }
+        }
+    })
+    .await;
+    assert_eq!(terminate["params"], json!({"processId": "doomed"}));
+}
+
+#[tokio::test]
+async fn a_subscriber_that_falls_behind_is_told_it_lagged() {
+    let (client, mut fake) = Fake::connect().await;
+    let mut events = client.events();
+    for n in 0..300 {
+        fake.send(json!({"method": "something/new", "params": {"n": n}})).await;
+    }
+    // A response after them: once it arrives, every notification was routed.
+    let call = tokio::spawn({
+        let client = client.clone();
+        async move { client.list(Empty {}).await }
+    });
+    let request = fake.request().await;
+    fake.send(json!({"id": request["id"], "result": {"processes": []}})).await;
+    call.await.unwrap().unwrap();
+    assert_eq!(events.next().await, Some(Event::Lagged { skipped: 44 }));
+    match events.next().await {
+        Some(Event::Unknown(notification)) => assert_eq!(notification.params, json!({"n": 44})),
+        other => panic!("expected the 45th notification, got {other:?}"),
+    }
 }

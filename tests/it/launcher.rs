@@ -129,3 +129,17 @@ async fn other_commands_work_and_bad_ones_fail_clearly() {
     let not_a_server = Launcher::spawn(LaunchCommand::new("true")).await.err().unwrap();
     assert!(matches!(not_a_server, Error::Closed), "{not_a_server}");
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn dropping_the_launcher_never_blocks_the_runtime() {
+    // With --on-eof wait and a running process, closing stdin does not end the
+    // server: only the SIGTERM that follows after a grace does.
+    let launcher =
+        Launcher::spawn(LaunchCommand::new(BIN).arg("--on-eof").arg("wait")).await.unwrap();
+    let params = StartParams::new("nap", ["sleep", "100"], "/");
+    launcher.client().start(params).await.unwrap();
+    let server = launcher.pid();
+    drop(launcher);
+    assert!(!crate::support::is_dead(server), "drop waited for the server to die");
+    crate::support::wait_dead(server).await;
+}
