@@ -1,11 +1,9 @@
 //! Connection state and request dispatch: lifecycle checks, params decoding, one match over methods.
 
-use std::future::Future;
-
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::fs::{self, Follow, Roots};
+use crate::fs::{self, Roots};
 use crate::process::{ProcessTable, ReadOutcome};
 use crate::protocol::*;
 use crate::transport::Frame;
@@ -105,8 +103,8 @@ impl State {
         let line = match method.as_str() {
             ProcessStart::NAME => call::<ProcessStart>(&id, params, |p| {
                 ProcessTable::check_cwd(&p.cwd)?;
-                roots.check_absolute(&p.cwd, Follow::All)?;
-                table.start(p)
+                let cwd = roots.check_cwd(&p.cwd)?;
+                table.start(StartParams { cwd, ..p })
             }),
             ProcessRead::NAME => {
                 let outcome = decode::<ProcessRead>(params)
@@ -126,24 +124,18 @@ impl State {
                 call::<ProcessResize>(&id, params, |p| table.resize(p).map(|()| Empty {}))
             }
             ProcessList::NAME => call::<ProcessList>(&id, params, |_| Ok(table.list())),
-            ReadFile::NAME => {
-                call_fs::<ReadFile, _>(&id, params, |p| fs::read_file(roots, p)).await
-            }
-            WriteFile::NAME => {
-                call_fs::<WriteFile, _>(&id, params, |p| fs::write_file(roots, p)).await
-            }
+            ReadFile::NAME => call::<ReadFile>(&id, params, |p| fs::read_file(roots, p)),
+            WriteFile::NAME => call::<WriteFile>(&id, params, |p| fs::write_file(roots, p)),
             CreateDirectory::NAME => {
-                call_fs::<CreateDirectory, _>(&id, params, |p| fs::create_directory(roots, p)).await
+                call::<CreateDirectory>(&id, params, |p| fs::create_directory(roots, p))
             }
-            GetMetadata::NAME => {
-                call_fs::<GetMetadata, _>(&id, params, |p| fs::get_metadata(roots, p)).await
-            }
+            GetMetadata::NAME => call::<GetMetadata>(&id, params, |p| fs::get_metadata(roots, p)),
             ReadDirectory::NAME => {
-                call_fs::<ReadDirectory, _>(&id, params, |p| fs::read_directory(roots, p)).await
+                call::<ReadDirectory>(&id, params, |p| fs::read_directory(roots, p))
             }
-            Remove::NAME => call_fs::<Remove, _>(&id, params, |p| fs::remove(roots, p)).await,
-            Copy::NAME => call_fs::<Copy, _>(&id, params, |p| fs::copy(roots, p)).await,
-            Rename::NAME => call_fs::<Rename, _>(&id, params, |p| fs::rename(roots, p)).await,
+            Remove::NAME => call::<Remove>(&id, params, |p| fs::remove(roots, p)),
+            Copy::NAME => call::<Copy>(&id, params, |p| fs::copy(roots, p)),
+            Rename::NAME => call::<Rename>(&id, params, |p| fs::rename(roots, p)),
             other => {
                 let error = ErrorObject::new(
                     codes::METHOD_NOT_FOUND,
@@ -186,6 +178,7 @@ impl State {
             capabilities: Some(Capabilities {
                 methods: METHODS.iter().map(|m| (*m).to_owned()).collect(),
                 notifications: NOTIFICATIONS.iter().map(|n| (*n).to_owned()).collect(),
+                features: FEATURES.iter().map(|f| (*f).to_owned()).collect(),
             }),
         })
     }
@@ -224,18 +217,6 @@ fn call<M: Method>(
     handler: impl FnOnce(M::Params) -> Result<M::Result, ErrorObject>,
 ) -> String {
     reply::<M>(id, decode::<M>(params).and_then(handler))
-}
-
-async fn call_fs<M: Method, F: Future<Output = Result<M::Result, ErrorObject>>>(
-    id: &RequestId,
-    params: Value,
-    handler: impl FnOnce(M::Params) -> F,
-) -> String {
-    let result = match decode::<M>(params) {
-        Ok(params) => handler(params).await,
-        Err(error) => Err(error),
-    };
-    reply::<M>(id, result)
 }
 
 /// The reply to a line that is not a usable message: id -1, -32600.
