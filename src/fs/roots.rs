@@ -103,8 +103,9 @@ impl Roots {
         }
         let located = self.locate(cwd)?;
         match located.open(libc::O_PATH | libc::O_DIRECTORY) {
-            // A missing or non-directory cwd is left for the spawn to report.
-            Err(e) if is_escape(&e) => Err(outside(cwd)),
+            // A missing or non-directory cwd is left for the spawn to report; a
+            // loop or magic link (ELOOP) is refused with the escapes.
+            Err(e) if is_escape(&e) || e.raw_os_error() == Some(libc::ELOOP) => Err(outside(cwd)),
             _ => Ok(clean(cwd)),
         }
     }
@@ -115,10 +116,10 @@ pub(crate) fn outside(path: &Path) -> ErrorObject {
     ErrorObject::invalid_request(format!("path {} is outside the allowed roots", path.display()))
 }
 
-/// Whether a confined resolution failed because it would leave the root
-/// (EXDEV) or met a magic link (ELOOP with RESOLVE_NO_MAGICLINKS).
+/// Whether a confined resolution failed because it would leave the root (EXDEV).
+/// A magic link or a symlink loop is ELOOP, an ordinary I/O error.
 pub(crate) fn is_escape(error: &io::Error) -> bool {
-    matches!(error.raw_os_error(), Some(libc::EXDEV) | Some(libc::ELOOP))
+    error.raw_os_error() == Some(libc::EXDEV)
 }
 
 /// The lexical cleaning every fs path goes through (see the module docs).

@@ -7,6 +7,7 @@ mod client;
 mod control;
 mod fixtures;
 mod fs;
+mod fs_escape;
 mod large;
 mod launcher;
 mod process;
