@@ -7,6 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::error::{self, io_error, FsOp};
+use super::kind;
 use super::roots::{self, Roots};
 use super::sys;
 use crate::protocol::ErrorObject;
@@ -123,6 +124,11 @@ impl<'a> Located<'a> {
         let resolved = sys::fstat(target.as_fd()).map_err(io_error(op, self.path))?;
         let proc_path = format!("/proc/self/fd/{}", target.as_raw_fd());
         let real = std::fs::read_link(proc_path).map_err(io_error(op, self.path))?;
+        if !real.is_absolute() {
+            // An anonymous pipe or socket (`pipe:[N]`): nothing a method may act on.
+            let detail = format!("it is {}, not a regular file", kind::type_name(&resolved));
+            return Err(error::invalid_input(op, self.path, detail));
+        }
         let located = self.roots.locate(&real).map_err(|_| roots::outside(self.path))?;
         let entry = located.entry(op).map_err(|_| roots::outside(self.path))?;
         let stat = sys::fstatat(entry.dir.as_fd(), &entry.name, false).ok();

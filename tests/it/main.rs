@@ -8,6 +8,7 @@ mod control;
 mod fixtures;
 mod fs;
 mod fs_escape;
+mod fs_files;
 mod large;
 mod launcher;
 mod process;
