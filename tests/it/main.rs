@@ -9,6 +9,7 @@ mod fixtures;
 mod fs;
 mod fs_escape;
 mod fs_files;
+mod fs_trees;
 mod large;
 mod launcher;
 mod process;
