@@ -53,7 +53,7 @@ pub(crate) fn create_directory(roots: &Roots, params: CreateDirectoryParams) -> 
 }
 
 /// Creates the directory and its missing parents, each with `mkdirat` in its verified parent.
-fn create_all(located: &Located<'_>) -> io::Result<()> {
+pub(crate) fn create_all(located: &Located<'_>) -> io::Result<()> {
     let entry = match located.entry_io() {
         Ok(Some(entry)) => entry,
         Ok(None) => return Ok(()),

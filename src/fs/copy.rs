@@ -28,6 +28,10 @@ pub(crate) fn copy(roots: &Roots, params: CopyParams) -> FsResult<Empty> {
             if !params.recursive {
                 return Err(ErrorObject::invalid_request(NEEDS_RECURSIVE));
             }
+            // As Part A: a tree's destination gets its missing parents.
+            if let Some(parent) = destination.parent().map_err(io_error(op, to))? {
+                super::create_all(&parent).map_err(|e| destination.fail(op, e))?;
+            }
             let (entry, existing) = destination.follow_entry(op)?;
             let inside = is_within(entry.dir.as_fd(), &stat).map_err(io_error(op, to))?;
             if inside || existing.is_some_and(|e| sys::same_file(&e, &stat)) {

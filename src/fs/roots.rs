@@ -111,6 +111,12 @@ impl Roots {
     }
 }
 
+// The server shares one `Roots` between blocking fs calls (`Arc<Roots>`).
+const _: fn() = || {
+    fn shareable<T: Send + Sync + 'static>() {}
+    shareable::<Roots>();
+};
+
 /// -32600 `path P is outside the allowed roots`.
 pub(crate) fn outside(path: &Path) -> ErrorObject {
     ErrorObject::invalid_request(format!("path {} is outside the allowed roots", path.display()))

@@ -236,6 +236,22 @@ pub(crate) fn copy_entry(
             }
             kind::refuse_stdio(op, here, &stat)?;
             let mut source = std::fs::File::from(fd);
+            // A new name is written in place; only an existing entry needs the
+            // temporary file and rename (which replaces it without following it).
+            let create = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
+            match sys::openat(to_dir, name, create, 0o600) {
+                Ok(fd) => {
+                    let mut file = std::fs::File::from(fd);
+                    let result = sys::fchmod(file.as_fd(), stat.st_mode & 0o7777)
+                        .and_then(|()| io::copy(&mut source, &mut file).map(drop));
+                    if result.is_err() {
+                        let _ = sys::unlinkat(to_dir, name, false);
+                    }
+                    return result.map_err(io_error(op, here));
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_error(op, here)(e)),
+            }
             let entry = super::open::Entry {
                 dir: to_dir.try_clone_to_owned().map_err(io_error(op, here))?,
                 name: name.to_owned(),
