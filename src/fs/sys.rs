@@ -27,7 +27,9 @@ pub(crate) fn openat2(
     // SAFETY: `open_how` is a plain struct of integers, for which all zeroes is valid.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (flags | libc::O_CLOEXEC) as u64;
-    how.mode = if flags & (libc::O_CREAT | libc::O_TMPFILE) != 0 { u64::from(mode) } else { 0 };
+    // The kernel refuses a mode without O_CREAT or O_TMPFILE (which includes O_DIRECTORY).
+    let creates = flags & libc::O_CREAT != 0 || flags & libc::O_TMPFILE == libc::O_TMPFILE;
+    how.mode = if creates { u64::from(mode) } else { 0 };
     how.resolve = resolve;
     for _ in 0..16 {
         // SAFETY: `path` is NUL-terminated and `how` lives across the call, whose
