@@ -127,7 +127,7 @@ async fn server_round_trips(client: &Client) {
 
 async fn metadata_round_trips(client: &Client) {
     for _ in 0..ROUND_TRIPS {
-        let params = PathParams { path: "/tmp".into() };
+        let params = PathParams { path: "/tmp".into(), follow_symlinks: None };
         assert!(client.call::<GetMetadata>(&params).await.unwrap().is_directory);
     }
 }

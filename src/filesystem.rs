@@ -94,6 +94,7 @@ fn read_params(path: &Path, range: Option<(u64, u64)>) -> ReadFileParams {
         path: path.to_path_buf(),
         offset: range.map(|(offset, _)| offset),
         length: range.map(|(_, length)| length),
+        follow_symlinks: None,
     }
 }
 
@@ -102,11 +103,17 @@ fn write_params(path: &Path, data: &[u8], append: bool) -> WriteFileParams {
         path: path.to_path_buf(),
         data_base64: Base64(data.to_vec()).encode(),
         append,
+        follow_symlinks: None,
     }
 }
 
 fn remove_params(path: &Path, recursive: bool, force: bool) -> RemoveParams {
-    RemoveParams { path: path.to_path_buf(), recursive: Some(recursive), force: Some(force) }
+    RemoveParams {
+        path: path.to_path_buf(),
+        recursive: Some(recursive),
+        force: Some(force),
+        follow_symlinks: None,
+    }
 }
 
 fn copy_params(from: &Path, to: &Path, recursive: bool) -> CopyParams {
@@ -118,65 +125,77 @@ fn rename_params(from: &Path, to: &Path) -> RenameParams {
 }
 
 fn path_params(path: &Path) -> PathParams {
-    PathParams { path: path.to_path_buf() }
+    PathParams { path: path.to_path_buf(), follow_symlinks: None }
 }
 
 fn mkdir_params(path: &Path, recursive: bool) -> CreateDirectoryParams {
     CreateDirectoryParams { path: path.to_path_buf(), recursive: Some(recursive) }
 }
 
-const NO_ROOTS: &Roots = &Roots::EMPTY;
+static NO_ROOTS: Roots = Roots::EMPTY;
+
+/// Runs a blocking fs handler on tokio's blocking pool, unconfined.
+async fn local<T: Send + 'static>(
+    handler: impl FnOnce(&Roots) -> Result<T, ErrorObject> + Send + 'static,
+) -> Result<T, Error> {
+    match tokio::task::spawn_blocking(move || handler(&NO_ROOTS)).await {
+        Ok(result) => result.map_err(Error::Rpc),
+        Err(join) => Err(Error::Io {
+            context: "a file operation did not finish".into(),
+            source: std::io::Error::other(join.to_string()),
+        }),
+    }
+}
 
 impl FileSystem for LocalFileSystem {
     async fn read_file(&self, path: &Path) -> Result<Vec<u8>, Error> {
-        Ok(fs::read_file(NO_ROOTS, read_params(path, None))
-            .await
-            .map_err(Error::Rpc)?
-            .data_base64
-            .0)
+        let params = read_params(path, None);
+        Ok(local(|roots| fs::read_file(roots, params)).await?.data_base64.0)
     }
 
     async fn read_range(&self, path: &Path, offset: u64, length: u64) -> Result<Vec<u8>, Error> {
         let params = read_params(path, Some((offset, length)));
-        Ok(fs::read_file(NO_ROOTS, params).await.map_err(Error::Rpc)?.data_base64.0)
+        Ok(local(|roots| fs::read_file(roots, params)).await?.data_base64.0)
     }
 
     async fn write_file(&self, path: &Path, data: &[u8]) -> Result<(), Error> {
-        fs::write_file(NO_ROOTS, write_params(path, data, false))
-            .await
-            .map(drop)
-            .map_err(Error::Rpc)
+        let params = write_params(path, data, false);
+        local(|roots| fs::write_file(roots, params)).await.map(drop)
     }
 
     async fn append_file(&self, path: &Path, data: &[u8]) -> Result<(), Error> {
-        fs::write_file(NO_ROOTS, write_params(path, data, true)).await.map(drop).map_err(Error::Rpc)
+        let params = write_params(path, data, true);
+        local(|roots| fs::write_file(roots, params)).await.map(drop)
     }
 
     async fn create_directory(&self, path: &Path, recursive: bool) -> Result<(), Error> {
         let params = mkdir_params(path, recursive);
-        fs::create_directory(NO_ROOTS, params).await.map(drop).map_err(Error::Rpc)
+        local(|roots| fs::create_directory(roots, params)).await.map(drop)
     }
 
     async fn metadata(&self, path: &Path) -> Result<Metadata, Error> {
-        fs::get_metadata(NO_ROOTS, path_params(path)).await.map_err(Error::Rpc)
+        let params = path_params(path);
+        local(|roots| fs::get_metadata(roots, params)).await
     }
 
     async fn read_directory(&self, path: &Path) -> Result<Vec<DirectoryEntry>, Error> {
-        Ok(fs::read_directory(NO_ROOTS, path_params(path)).await.map_err(Error::Rpc)?.entries)
+        let params = path_params(path);
+        Ok(local(|roots| fs::read_directory(roots, params)).await?.entries)
     }
 
     async fn remove(&self, path: &Path, recursive: bool, force: bool) -> Result<(), Error> {
         let params = remove_params(path, recursive, force);
-        fs::remove(NO_ROOTS, params).await.map(drop).map_err(Error::Rpc)
+        local(|roots| fs::remove(roots, params)).await.map(drop)
     }
 
     async fn copy(&self, from: &Path, to: &Path, recursive: bool) -> Result<(), Error> {
         let params = copy_params(from, to, recursive);
-        fs::copy(NO_ROOTS, params).await.map(drop).map_err(Error::Rpc)
+        local(|roots| fs::copy(roots, params)).await.map(drop)
     }
 
     async fn rename(&self, from: &Path, to: &Path) -> Result<(), Error> {
-        fs::rename(NO_ROOTS, rename_params(from, to)).await.map(drop).map_err(Error::Rpc)
+        let params = rename_params(from, to);
+        local(|roots| fs::rename(roots, params)).await.map(drop)
     }
 }
 

@@ -1,20 +1,37 @@
-//! The fs/* methods: one async function each over `tokio::fs`, absolute paths only.
+//! The fs/* methods: one plain blocking function each, over descriptors resolved beneath the `--root`s.
+//!
+//! Every handler locates its paths with [`Roots::locate`] (lexical cleaning, then
+//! the kernel resolves beneath a root descriptor, `open.rs`) and then works with
+//! `*at` calls on verified descriptors, so no symlink leads it out of a root
+//! between a check and a use. Reads and writes act on regular files only
+//! (`kind.rs`); writes replace files atomically (`write.rs`); recursive remove
+//! and copy walk descriptors and never follow links inside the tree (`walk.rs`).
+//! The server calls these under `spawn_blocking`.
 
 mod copy;
 mod error;
+mod kind;
+pub(crate) mod names;
+mod open;
+mod read;
 mod roots;
+mod sys;
+mod walk;
+mod write;
 
-use std::io::SeekFrom;
+use std::io;
+use std::os::fd::AsFd;
 use std::time::SystemTime;
 
-use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
-
+pub(crate) use self::copy::copy;
 use self::error::{io_error, FsOp};
-pub(crate) use self::roots::{Follow, Roots};
+use self::open::Located;
+pub(crate) use self::read::read_file;
+pub(crate) use self::roots::Roots;
+pub(crate) use self::write::write_file;
 use crate::protocol::{
-    Base64, CopyParams, CreateDirectoryParams, DirectoryEntry, Empty, ErrorObject, Metadata,
-    PathParams, ReadDirectoryResult, ReadFileParams, ReadFileResult, RemoveParams, RenameParams,
-    WriteFileParams,
+    CreateDirectoryParams, DirectoryEntry, Empty, ErrorObject, Metadata, PathParams,
+    ReadDirectoryResult, RemoveParams, RenameParams,
 };
 
 /// Largest read `fs/readFile` returns: 512 MiB.
@@ -22,90 +39,54 @@ pub const READ_LIMIT: u64 = 512 * 1024 * 1024;
 
 type FsResult<T> = Result<T, ErrorObject>;
 
-/// `fs/readFile`, whole or the byte range `offset..offset+length`.
-pub(crate) async fn read_file(roots: &Roots, params: ReadFileParams) -> FsResult<ReadFileResult> {
-    let path = &params.path;
-    roots.check(path, Follow::All)?;
-    let op = FsOp::Read;
-    let mut file = tokio::fs::File::open(path).await.map_err(io_error(op, path))?;
-    let meta = file.metadata().await.map_err(io_error(op, path))?;
-    let offset = params.offset.unwrap_or(0);
-    if meta.is_file() && offset > meta.len() {
-        return Err(error::invalid_input(
-            op,
-            path,
-            format!("offset {offset} is past the end of the file ({} bytes)", meta.len()),
-        ));
-    }
-    let wanted = match params.length {
-        Some(length) => length,
-        None if meta.is_file() => meta.len() - offset,
-        None => READ_LIMIT,
-    };
-    if wanted > READ_LIMIT {
-        return Err(too_large());
-    }
-    if offset > 0 {
-        file.seek(SeekFrom::Start(offset)).await.map_err(io_error(op, path))?;
-    }
-    // Presize for what a regular file holds; other files grow as they are read.
-    let expected = if meta.is_file() { wanted.min(meta.len() - offset) } else { 0 };
-    let mut data = Vec::with_capacity(usize::try_from(expected).unwrap_or(0));
-    // One byte more than allowed tells a file that grew past the limit.
-    let cap = if params.length.is_some() { wanted } else { READ_LIMIT + 1 };
-    file.take(cap).read_to_end(&mut data).await.map_err(io_error(op, path))?;
-    if data.len() as u64 > READ_LIMIT {
-        return Err(too_large());
-    }
-    Ok(ReadFileResult { data_base64: Base64(data) })
-}
-
-/// `fs/writeFile`: create or truncate, or append.
-pub(crate) async fn write_file(roots: &Roots, params: WriteFileParams) -> FsResult<Empty> {
-    let path = &params.path;
-    roots.check(path, Follow::All)?;
-    let data = Base64::decode(&params.data_base64).map_err(|e| {
-        ErrorObject::invalid_request(format!("fs/writeFile requires valid base64 dataBase64: {e}"))
-    })?;
-    let mut options = tokio::fs::OpenOptions::new();
-    options.create(true);
-    if params.append {
-        options.append(true);
-    } else {
-        options.write(true).truncate(true);
-    }
-    let op = FsOp::Write;
-    let mut file = options.open(path).await.map_err(io_error(op, path))?;
-    file.write_all(&data.0).await.map_err(io_error(op, path))?;
-    file.flush().await.map_err(io_error(op, path))?;
-    Ok(Empty {})
-}
-
 /// `fs/createDirectory`; recursive by default.
-pub(crate) async fn create_directory(
-    roots: &Roots,
-    params: CreateDirectoryParams,
-) -> FsResult<Empty> {
-    let path = &params.path;
-    roots.check(path, Follow::All)?;
-    let result = if params.recursive.unwrap_or(true) {
-        tokio::fs::create_dir_all(path).await
+pub(crate) fn create_directory(roots: &Roots, params: CreateDirectoryParams) -> FsResult<Empty> {
+    let op = FsOp::CreateDirectory;
+    let located = roots.locate(&params.path)?;
+    if params.recursive.unwrap_or(true) {
+        create_all(&located).map_err(|e| located.fail(op, e))?;
     } else {
-        tokio::fs::create_dir(path).await
-    };
-    result.map_err(io_error(FsOp::CreateDirectory, path))?;
+        let entry = located.entry(op)?;
+        sys::mkdirat(entry.dir.as_fd(), &entry.name, 0o777).map_err(|e| located.fail(op, e))?;
+    }
     Ok(Empty {})
 }
 
-/// `fs/getMetadata`: follows symlinks for the type, size and times, and reports
-/// whether the path itself is a symlink. A dangling symlink describes the link.
-pub(crate) async fn get_metadata(roots: &Roots, params: PathParams) -> FsResult<Metadata> {
-    let path = &params.path;
-    roots.check(path, Follow::All)?;
+/// Creates the directory and its missing parents, each with `mkdirat` in its verified parent.
+pub(crate) fn create_all(located: &Located<'_>) -> io::Result<()> {
+    let entry = match located.entry_io() {
+        Ok(Some(entry)) => entry,
+        Ok(None) => return Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if let Some(parent) = located.parent()? {
+                create_all(&parent)?;
+            }
+            located.entry_io()?.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?
+        }
+        Err(e) => return Err(e),
+    };
+    match sys::mkdirat(entry.dir.as_fd(), &entry.name, 0o777) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            // Fine if it is a directory (possibly through a symlink beneath the root).
+            located.open(libc::O_PATH | libc::O_DIRECTORY).map(drop).map_err(|_| e)
+        }
+        other => other,
+    }
+}
+
+/// `fs/getMetadata`: follows symlinks (a dangling link is NotFound) and reports
+/// whether the path itself is a symlink; `followSymlinks: false` describes the link.
+pub(crate) fn get_metadata(roots: &Roots, params: PathParams) -> FsResult<Metadata> {
     let op = FsOp::Stat;
-    let link = tokio::fs::symlink_metadata(path).await.map_err(io_error(op, path))?;
+    let located = roots.locate(&params.path)?;
+    let stat = |flags| -> FsResult<std::fs::Metadata> {
+        let fd = located.open(libc::O_PATH | flags).map_err(|e| located.fail(op, e))?;
+        std::fs::File::from(fd).metadata().map_err(io_error(op, located.path()))
+    };
+    let link = stat(libc::O_NOFOLLOW)?;
     let is_symlink = link.file_type().is_symlink();
-    let meta = if is_symlink { tokio::fs::metadata(path).await.unwrap_or(link) } else { link };
+    let follow = params.follow_symlinks.unwrap_or(true);
+    let meta = if is_symlink && follow { stat(0)? } else { link };
     Ok(Metadata {
         is_directory: meta.is_dir(),
         is_file: meta.is_file(),
@@ -117,74 +98,99 @@ pub(crate) async fn get_metadata(roots: &Roots, params: PathParams) -> FsResult<
     })
 }
 
-/// `fs/readDirectory`, entries sorted by name; symlinks are followed for the type.
-pub(crate) async fn read_directory(
-    roots: &Roots,
-    params: PathParams,
-) -> FsResult<ReadDirectoryResult> {
-    let path = &params.path;
-    roots.check(path, Follow::All)?;
+/// `fs/readDirectory`, entries sorted by name (as bytes); symlinks are followed
+/// beneath the root for the type (one that leads out is neither file nor directory).
+pub(crate) fn read_directory(roots: &Roots, params: PathParams) -> FsResult<ReadDirectoryResult> {
     let op = FsOp::List;
-    let mut reader = tokio::fs::read_dir(path).await.map_err(io_error(op, path))?;
+    let located = roots.locate(&params.path)?;
+    let path = located.path();
+    let fd = located.open(libc::O_RDONLY | libc::O_DIRECTORY).map_err(|e| located.fail(op, e))?;
+    let mut stream = walk::DirStream::new(fd).map_err(io_error(op, path))?;
     let mut entries = Vec::new();
-    while let Some(entry) = reader.next_entry().await.map_err(io_error(op, path))? {
-        let mut file_type = entry.file_type().await.map_err(io_error(op, &entry.path()))?;
-        if file_type.is_symlink() {
-            if let Ok(meta) = tokio::fs::metadata(entry.path()).await {
-                file_type = meta.file_type();
-            }
-        }
-        entries.push(DirectoryEntry {
-            file_name: entry.file_name().to_string_lossy().into_owned(),
-            is_directory: file_type.is_dir(),
-            is_file: file_type.is_file(),
-        });
+    while let Some(next) = stream.next_entry() {
+        let (name, d_type) = next.map_err(io_error(op, path))?;
+        let file_type = match d_type {
+            libc::DT_DIR => libc::S_IFDIR,
+            libc::DT_REG => libc::S_IFREG,
+            libc::DT_LNK | libc::DT_UNKNOWN => located
+                .open_child(&name, libc::O_PATH)
+                .and_then(|fd| sys::fstat(fd.as_fd()))
+                .map_or(0, |stat| sys::file_type(&stat)),
+            _ => 0,
+        };
+        let bytes = name.as_bytes();
+        entries.push((
+            bytes.to_vec(),
+            DirectoryEntry {
+                file_name: String::from_utf8_lossy(bytes).into_owned(),
+                is_directory: file_type == libc::S_IFDIR,
+                is_file: file_type == libc::S_IFREG,
+                file_name_base64: names::base64_if_not_utf8(bytes),
+            },
+        ));
     }
-    entries.sort_by(|a, b| a.file_name.cmp(&b.file_name));
-    Ok(ReadDirectoryResult { entries })
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(ReadDirectoryResult { entries: entries.into_iter().map(|(_, entry)| entry).collect() })
 }
 
 /// `fs/remove`: recursive and forgiving of a missing path by default. A symlink
-/// is removed itself, never what it points to.
-pub(crate) async fn remove(roots: &Roots, params: RemoveParams) -> FsResult<Empty> {
-    let path = &params.path;
-    roots.check(path, Follow::Parent)?;
+/// is removed itself unless `followSymlinks` is true; links inside a removed
+/// tree are always removed themselves.
+pub(crate) fn remove(roots: &Roots, params: RemoveParams) -> FsResult<Empty> {
     let op = FsOp::Remove;
-    let meta = match tokio::fs::symlink_metadata(path).await {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && params.force.unwrap_or(true) => {
-            return Ok(Empty {})
+    let located = roots.locate(&params.path)?;
+    let path = located.path();
+    let force = params.force.unwrap_or(true);
+    let missing = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
+    let entry = if params.follow_symlinks.unwrap_or(false) {
+        located.follow_entry(op)?.0
+    } else {
+        match located.entry_io() {
+            Ok(Some(entry)) => entry,
+            Ok(None) => return Err(located.no_entry(op)),
+            Err(e) if force && missing(&e) => return Ok(Empty {}),
+            Err(e) => return Err(located.fail(op, e)),
         }
+    };
+    let stat = match sys::fstatat(entry.dir.as_fd(), &entry.name, false) {
+        Ok(stat) => stat,
+        Err(e) if force && missing(&e) => return Ok(Empty {}),
         Err(e) => return Err(io_error(op, path)(e)),
     };
-    let result = if !meta.is_dir() {
-        tokio::fs::remove_file(path).await
+    if sys::file_type(&stat) != libc::S_IFDIR {
+        sys::unlinkat(entry.dir.as_fd(), &entry.name, false).map_err(io_error(op, path))?;
     } else if params.recursive.unwrap_or(true) {
-        tokio::fs::remove_dir_all(path).await
+        walk::remove_tree(entry.dir.as_fd(), &entry.name, path)?;
     } else {
-        tokio::fs::remove_dir(path).await
-    };
-    result.map_err(io_error(op, path))?;
-    Ok(Empty {})
-}
-
-/// `fs/copy`: see [`copy::copy`].
-pub(crate) async fn copy(roots: &Roots, params: CopyParams) -> FsResult<Empty> {
-    roots.check(&params.source_path, Follow::All)?;
-    roots.check(&params.destination_path, Follow::All)?;
-    copy::copy(&params.source_path, &params.destination_path, params.recursive).await?;
+        sys::unlinkat(entry.dir.as_fd(), &entry.name, true).map_err(io_error(op, path))?;
+    }
     Ok(Empty {})
 }
 
 /// `fs/rename`: renames the entry itself; the error names the missing side.
-pub(crate) async fn rename(roots: &Roots, params: RenameParams) -> FsResult<Empty> {
-    let (source, destination) = (&params.source_path, &params.destination_path);
-    roots.check(source, Follow::Parent)?;
-    roots.check(destination, Follow::Parent)?;
-    if let Err(e) = tokio::fs::rename(source, destination).await {
-        let source_exists = tokio::fs::symlink_metadata(source).await.is_ok();
-        let blamed = if source_exists { destination } else { source };
-        return Err(error::io_error_between(FsOp::Rename, source, destination, blamed, e));
+/// Renaming onto the same file (another name of it) is refused.
+pub(crate) fn rename(roots: &Roots, params: RenameParams) -> FsResult<Empty> {
+    let op = FsOp::Rename;
+    let source = roots.locate(&params.source_path)?;
+    let destination = roots.locate(&params.destination_path)?;
+    let (from, to) = (source.path(), destination.path());
+    let resolve = |located: &Located<'_>| match located.entry_io() {
+        Ok(Some(entry)) => Ok(entry),
+        Ok(None) => Err(located.no_entry(op)),
+        Err(e) if roots.confined() && roots::is_escape(&e) => Err(roots::outside(located.path())),
+        Err(e) => Err(error::io_error_between(op, from, to, located.path(), e)),
+    };
+    let (source_entry, destination_entry) = (resolve(&source)?, resolve(&destination)?);
+    let (a, b) = (&source_entry, &destination_entry);
+    let source_stat = sys::fstatat(a.dir.as_fd(), &a.name, false);
+    if let (Ok(x), Ok(y)) = (&source_stat, sys::fstatat(b.dir.as_fd(), &b.name, false)) {
+        if sys::same_file(x, &y) {
+            return Err(error::same_file(op, from, to));
+        }
+    }
+    if let Err(e) = sys::renameat(a.dir.as_fd(), &a.name, b.dir.as_fd(), &b.name) {
+        let blamed = if source_stat.is_ok() { to } else { from };
+        return Err(error::io_error_between(op, from, to, blamed, e));
     }
     Ok(Empty {})
 }

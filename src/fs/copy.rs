@@ -1,70 +1,86 @@
-//! `fs/copy`: files, symlinks (copied as symlinks) and directory trees.
+//! `fs/copy`: files (replaced atomically), symlinks (copied as symlinks) and directory trees.
 
-use std::path::{Path, PathBuf};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
 
-use super::error::{io_error, FsOp};
-use super::roots::resolve;
-use crate::protocol::ErrorObject;
+use super::error::{io_error, same_file, FsOp};
+use super::{kind, sys, walk, write, FsResult, Roots};
+use crate::protocol::{CopyParams, Empty, ErrorObject};
 
 const NEEDS_RECURSIVE: &str = "fs/copy requires recursive: true when sourcePath is a directory";
 const INTO_ITSELF: &str = "fs/copy cannot copy a directory to itself or one of its descendants";
-const UNSUPPORTED: &str = "fs/copy only supports regular files, directories, and symlinks";
+pub(crate) const UNSUPPORTED: &str =
+    "fs/copy only supports regular files, directories, and symlinks";
 
-/// Copies `source` to `destination`. A directory needs `recursive` and is merged
-/// into `destination` when that directory already exists.
-pub(crate) async fn copy(
-    source: &Path,
-    destination: &Path,
-    recursive: bool,
-) -> Result<(), ErrorObject> {
+/// Copies `sourcePath` to `destinationPath`. A source symlink is copied as a
+/// symlink. A directory needs `recursive` and is merged into the destination
+/// when that directory exists; a final symlink at the destination is followed
+/// (beneath the root), links inside the trees never are.
+pub(crate) fn copy(roots: &Roots, params: CopyParams) -> FsResult<Empty> {
     let op = FsOp::Copy;
-    let meta = tokio::fs::symlink_metadata(source).await.map_err(io_error(op, source))?;
-    let file_type = meta.file_type();
-    if file_type.is_dir() {
-        if !recursive {
-            return Err(ErrorObject::invalid_request(NEEDS_RECURSIVE));
-        }
-        let from = resolve(source, &mut 0).map_err(io_error(op, source))?;
-        let to = resolve(destination, &mut 0).map_err(io_error(op, destination))?;
-        if to.starts_with(&from) {
-            return Err(ErrorObject::invalid_request(INTO_ITSELF));
-        }
-        return copy_tree(source, destination).await;
-    }
-    copy_entry(source, destination, file_type).await
-}
-
-async fn copy_tree(source: &Path, destination: &Path) -> Result<(), ErrorObject> {
-    let op = FsOp::Copy;
-    let mut pending: Vec<(PathBuf, PathBuf)> = vec![(source.into(), destination.into())];
-    while let Some((from, to)) = pending.pop() {
-        tokio::fs::create_dir_all(&to).await.map_err(io_error(op, &to))?;
-        let mut entries = tokio::fs::read_dir(&from).await.map_err(io_error(op, &from))?;
-        while let Some(entry) = entries.next_entry().await.map_err(io_error(op, &from))? {
-            let (child_from, child_to) = (entry.path(), to.join(entry.file_name()));
-            let file_type = entry.file_type().await.map_err(io_error(op, &child_from))?;
-            if file_type.is_dir() {
-                pending.push((child_from, child_to));
-            } else {
-                copy_entry(&child_from, &child_to, file_type).await?;
+    let source = roots.locate(&params.source_path)?;
+    let destination = roots.locate(&params.destination_path)?;
+    let (from, to) = (source.path(), destination.path());
+    let handle = source.open(libc::O_PATH | libc::O_NOFOLLOW).map_err(|e| source.fail(op, e))?;
+    let stat = sys::fstat(handle.as_fd()).map_err(io_error(op, from))?;
+    match sys::file_type(&stat) {
+        libc::S_IFDIR => {
+            if !params.recursive {
+                return Err(ErrorObject::invalid_request(NEEDS_RECURSIVE));
             }
+            // As Part A: a tree's destination gets its missing parents.
+            if let Some(parent) = destination.parent().map_err(io_error(op, to))? {
+                super::create_all(&parent).map_err(|e| destination.fail(op, e))?;
+            }
+            let (entry, existing) = destination.follow_entry(op)?;
+            let inside = is_within(entry.dir.as_fd(), &stat).map_err(io_error(op, to))?;
+            if inside || existing.is_some_and(|e| sys::same_file(&e, &stat)) {
+                return Err(ErrorObject::invalid_request(INTO_ITSELF));
+            }
+            let dir = sys::openat(handle.as_fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)
+                .map_err(io_error(op, from))?;
+            walk::copy_tree(dir, entry.dir.as_fd(), &entry.name, to)?;
         }
+        libc::S_IFLNK => {
+            let target = sys::readlinkat(handle.as_fd(), c"").map_err(io_error(op, from))?;
+            let target = sys::c_path(target.as_ref()).map_err(io_error(op, from))?;
+            let entry = destination.entry(op)?;
+            sys::symlinkat(&target, entry.dir.as_fd(), &entry.name).map_err(io_error(op, to))?;
+        }
+        libc::S_IFREG => {
+            let (entry, existing) = destination.follow_entry(op)?;
+            if let Some(existing) = existing {
+                if sys::same_file(&existing, &stat) {
+                    return Err(same_file(op, from, to));
+                }
+                kind::require_regular(op, to, &existing)?;
+            }
+            kind::refuse_stdio(op, from, &stat)?;
+            let mut file = kind::reopen(&handle, libc::O_RDONLY).map_err(io_error(op, from))?;
+            let like =
+                write::Like { mode: Some(stat.st_mode & 0o7777), owner: None, durable: true };
+            write::replace(&entry, like, |out| io::copy(&mut file, out).map(drop))
+                .map_err(io_error(op, to))?;
+        }
+        _ => return Err(ErrorObject::invalid_request(UNSUPPORTED)),
     }
-    Ok(())
+    Ok(Empty {})
 }
 
-async fn copy_entry(
-    from: &Path,
-    to: &Path,
-    file_type: std::fs::FileType,
-) -> Result<(), ErrorObject> {
-    let op = FsOp::Copy;
-    if file_type.is_symlink() {
-        let target = tokio::fs::read_link(from).await.map_err(io_error(op, from))?;
-        tokio::fs::symlink(target, to).await.map_err(io_error(op, to))
-    } else if file_type.is_file() {
-        tokio::fs::copy(from, to).await.map(drop).map_err(io_error(op, to))
-    } else {
-        Err(ErrorObject::invalid_request(UNSUPPORTED))
+/// Whether `dir` is the directory `ancestor` or lies below it (walking `..` up to `/`).
+fn is_within(dir: BorrowedFd<'_>, ancestor: &libc::stat) -> io::Result<bool> {
+    let flags = libc::O_PATH | libc::O_DIRECTORY;
+    let mut current = sys::openat(dir, c".", flags, 0)?;
+    let mut stat = sys::fstat(current.as_fd())?;
+    loop {
+        if sys::same_file(&stat, ancestor) {
+            return Ok(true);
+        }
+        let up = sys::openat(current.as_fd(), c"..", flags, 0)?;
+        let up_stat = sys::fstat(up.as_fd())?;
+        if sys::same_file(&up_stat, &stat) {
+            return Ok(false);
+        }
+        (current, stat) = (up, up_stat);
     }
 }

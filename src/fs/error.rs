@@ -61,6 +61,17 @@ pub(crate) fn io_error_between(
     with_kind(message, blamed, error.kind())
 }
 
+/// Copying or renaming a file onto itself (same device and inode): -32600, kind invalidInput.
+pub(crate) fn same_file(op: FsOp, source: &Path, destination: &Path) -> ErrorObject {
+    let message = format!(
+        "cannot {} {} to {}: they are the same file",
+        op.verb(),
+        source.display(),
+        destination.display()
+    );
+    with_kind(message, destination, io::ErrorKind::InvalidInput)
+}
+
 /// A request that makes no sense for `path` (kind invalidInput, -32600).
 pub(crate) fn invalid_input(op: FsOp, path: &Path, detail: String) -> ErrorObject {
     let message = format!("cannot {} {}: {detail}", op.verb(), path.display());

@@ -1,173 +1,184 @@
-//! `--root` confinement: a path is allowed when, with symlinks and `..` resolved, it lies inside a root.
+//! `--root` confinement: lexical path cleaning, which root a path falls under, and the root directory descriptors.
 //!
-//! This confines the server's own file operations and the starting directories
-//! of processes; it is not a sandbox for what those processes do.
+//! Every path is first cleaned lexically: empty components (`//`), `.` and a
+//! trailing `/` are dropped and `..` removes the component before it, so a path
+//! means the same for every method. The cleaned path must then start with a
+//! root; the rest is resolved by the kernel beneath that root's descriptor
+//! (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`, see `open.rs`), so
+//! no symlink inside a root leads out of it. This confines the server's own
+//! file operations and the starting directories of processes; it is not a
+//! sandbox for what those processes do.
 
 use std::io;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
+use super::open::Located;
+use super::sys;
 use crate::protocol::ErrorObject;
 
-/// Symlinks followed in one resolution before giving up (as Linux's ELOOP).
-const MAX_LINKS: u32 = 40;
-
-/// The allowed roots, resolved once; empty means no confinement.
-#[derive(Debug, Clone, Default)]
+/// The allowed roots, opened once; empty means no confinement.
+#[derive(Debug, Default)]
 pub(crate) struct Roots {
-    roots: Vec<PathBuf>,
+    roots: Vec<Root>,
 }
 
-/// How much of a path to resolve before the check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Follow {
-    /// Resolve every component: the operation follows a final symlink.
-    All,
-    /// Resolve the parent only: the operation acts on the final entry itself.
-    Parent,
+#[derive(Debug)]
+struct Root {
+    /// The root as given on the command line, cleaned.
+    given: PathBuf,
+    /// The root with symlinks resolved.
+    canonical: PathBuf,
+    /// An `O_PATH` descriptor of the root directory.
+    dir: OwnedFd,
 }
 
 impl Roots {
     /// No confinement.
     pub(crate) const EMPTY: Roots = Roots { roots: Vec::new() };
 
-    /// Resolves each root; a root must be an existing directory.
+    /// Opens each root; a root must be an existing directory.
     pub(crate) fn new(roots: &[PathBuf]) -> io::Result<Roots> {
-        let mut resolved = Vec::new();
+        let mut opened = Vec::new();
         for root in roots {
-            let path = std::fs::canonicalize(root)
-                .map_err(|e| io::Error::new(e.kind(), format!("root {}: {e}", root.display())))?;
-            if !path.is_dir() {
-                return Err(io::Error::new(
-                    io::ErrorKind::NotADirectory,
-                    format!("root {} is not a directory", root.display()),
-                ));
-            }
-            resolved.push(path);
+            let named =
+                |e: io::Error| io::Error::new(e.kind(), format!("root {}: {e}", root.display()));
+            let canonical = std::fs::canonicalize(root).map_err(named)?;
+            let c_root = sys::c_path(&canonical).map_err(named)?;
+            let cwd = std::fs::File::open("/").map_err(named)?;
+            let dir = sys::openat2(cwd.as_fd(), &c_root, libc::O_PATH | libc::O_DIRECTORY, 0, 0)
+                .map_err(|e| match e.raw_os_error() {
+                    Some(libc::ENOTDIR) => io::Error::new(
+                        io::ErrorKind::NotADirectory,
+                        format!("root {} is not a directory", root.display()),
+                    ),
+                    _ => named(e),
+                })?;
+            let given = clean(&std::path::absolute(root).map_err(named)?);
+            opened.push(Root { given, canonical, dir });
         }
-        Ok(Roots { roots: resolved })
+        Ok(Roots { roots: opened })
     }
 
-    /// Fails with -32602 for a relative path and -32600 for a path outside every root.
-    pub(crate) fn check(&self, path: &Path, follow: Follow) -> Result<(), ErrorObject> {
+    /// Whether any root is configured.
+    pub(crate) fn confined(&self) -> bool {
+        !self.roots.is_empty()
+    }
+
+    /// Cleans `path` and finds where it is resolved from: -32602 for a relative
+    /// path, -32600 for a path outside every root.
+    pub(crate) fn locate<'a>(&'a self, path: &'a Path) -> Result<Located<'a>, ErrorObject> {
         if !path.is_absolute() {
             return Err(ErrorObject::invalid_params(format!(
                 "path must be absolute: {}",
                 path.display()
             )));
         }
-        self.check_absolute(path, follow)
+        let cleaned = clean(path);
+        if self.roots.is_empty() {
+            let rel = cleaned.strip_prefix("/").unwrap_or(&cleaned).to_path_buf();
+            let dir = std::fs::File::open("/")
+                .map(OwnedFd::from)
+                .map_err(|e| ErrorObject::invalid_request(format!("cannot open /: {e}")))?;
+            return Ok(Located::new(self, path, dir, rel, 0));
+        }
+        let best = self
+            .roots
+            .iter()
+            .flat_map(|root| [(root, &root.given), (root, &root.canonical)])
+            .filter_map(|(root, prefix)| Some((root, cleaned.strip_prefix(prefix).ok()?)))
+            .min_by_key(|(_, rel)| rel.components().count());
+        let Some((root, rel)) = best else { return Err(outside(path)) };
+        let dir = root.dir.try_clone().map_err(|e| {
+            ErrorObject::invalid_request(format!("cannot use the root of {}: {e}", path.display()))
+        })?;
+        Ok(Located::new(self, path, dir, rel.to_path_buf(), sys::CONFINED))
     }
 
-    /// Like [`Roots::check`] for a path already known to be absolute.
-    pub(crate) fn check_absolute(&self, path: &Path, follow: Follow) -> Result<(), ErrorObject> {
+    /// Checks a process's `cwd` (already known to be absolute) and returns it
+    /// cleaned, for the process to start in. With no roots it is returned as is.
+    pub(crate) fn check_cwd(&self, cwd: &Path) -> Result<PathBuf, ErrorObject> {
         if self.roots.is_empty() {
-            return Ok(());
+            return Ok(cwd.to_path_buf());
         }
-        let resolved = match (follow, path.file_name()) {
-            (Follow::Parent, Some(name)) => {
-                let parent = path.parent().unwrap_or(Path::new("/"));
-                resolve(parent, &mut 0).map(|p| p.join(name))
-            }
-            _ => resolve(path, &mut 0),
-        };
-        match resolved {
-            Ok(resolved) if self.roots.iter().any(|root| resolved.starts_with(root)) => Ok(()),
-            _ => Err(ErrorObject::invalid_request(format!(
-                "path {} is outside the allowed roots",
-                path.display()
-            ))),
+        let located = self.locate(cwd)?;
+        match located.open(libc::O_PATH | libc::O_DIRECTORY) {
+            // A missing or non-directory cwd is left for the spawn to report; a
+            // loop or magic link (ELOOP) is refused with the escapes.
+            Err(e) if is_escape(&e) || e.raw_os_error() == Some(libc::ELOOP) => Err(outside(cwd)),
+            _ => Ok(clean(cwd)),
         }
     }
 }
 
-/// Resolves `path` component by component, following symlinks (even dangling
-/// ones) and `..`; the part that does not exist is taken as written.
-pub(crate) fn resolve(path: &Path, links: &mut u32) -> io::Result<PathBuf> {
-    let mut resolved = PathBuf::from("/");
+// The server shares one `Roots` between blocking fs calls (`Arc<Roots>`).
+const _: fn() = || {
+    fn shareable<T: Send + Sync + 'static>() {}
+    shareable::<Roots>();
+};
+
+/// -32600 `path P is outside the allowed roots`.
+pub(crate) fn outside(path: &Path) -> ErrorObject {
+    ErrorObject::invalid_request(format!("path {} is outside the allowed roots", path.display()))
+}
+
+/// Whether a confined resolution failed because it would leave the root (EXDEV).
+/// A magic link or a symlink loop is ELOOP, an ordinary I/O error.
+pub(crate) fn is_escape(error: &io::Error) -> bool {
+    error.raw_os_error() == Some(libc::EXDEV)
+}
+
+/// The lexical cleaning every fs path goes through (see the module docs).
+pub(crate) fn clean(path: &Path) -> PathBuf {
+    let mut cleaned = PathBuf::from("/");
     for component in path.components() {
         match component {
-            Component::RootDir | Component::Prefix(_) => resolved = PathBuf::from("/"),
-            Component::CurDir => {}
+            Component::Normal(name) => cleaned.push(name),
             Component::ParentDir => {
-                resolved.pop();
+                cleaned.pop();
             }
-            Component::Normal(name) => {
-                let next = resolved.join(name);
-                match std::fs::symlink_metadata(&next) {
-                    Ok(meta) if meta.file_type().is_symlink() => {
-                        *links += 1;
-                        if *links > MAX_LINKS {
-                            return Err(io::Error::other(format!(
-                                "too many levels of symbolic links at {}",
-                                next.display()
-                            )));
-                        }
-                        let target = std::fs::read_link(&next)?;
-                        resolved = resolve(&resolved.join(target), links)?;
-                    }
-                    _ => resolved = next,
-                }
-            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
         }
     }
-    Ok(resolved)
+    cleaned
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::symlink;
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("exec-server-roots-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("root/sub")).unwrap();
-        std::fs::create_dir_all(dir.join("outside")).unwrap();
-        std::fs::canonicalize(dir).unwrap()
+    #[test]
+    fn cleaning_is_lexical() {
+        let cases = [
+            ("/a/b/", "/a/b"),
+            ("/a/b/.", "/a/b"),
+            ("//a//b", "/a/b"),
+            ("/a/./b", "/a/b"),
+            ("/a/b/../c", "/a/c"),
+            ("/../..", "/"),
+            ("/a/..", "/"),
+        ];
+        for (path, expected) in cases {
+            assert_eq!(clean(Path::new(path)), Path::new(expected), "{path}");
+        }
     }
 
     #[test]
-    fn confines_paths_after_resolving_links_and_dotdot() {
-        let dir = scratch("confine");
-        let root = dir.join("root");
-        symlink(dir.join("outside"), root.join("escape")).unwrap();
-        symlink(root.join("sub"), root.join("inner")).unwrap();
-        symlink(dir.join("outside/nothing-here"), root.join("dangling")).unwrap();
-        let roots = Roots::new(std::slice::from_ref(&root)).unwrap();
-        let allowed = |p: PathBuf| roots.check(&p, Follow::All).is_ok();
-        assert!(allowed(root.join("sub/new-file")));
-        assert!(allowed(root.join("inner/x")));
-        assert!(allowed(root.clone()));
-        assert!(!allowed(root.join("escape/x")));
-        assert!(!allowed(root.join("dangling")));
-        assert!(!allowed(root.join("sub/../../outside")));
-        assert!(!allowed(root.join("missing/../../outside")));
-        assert!(!allowed(dir.join("outside")));
-        // Removing or renaming the link itself stays inside.
-        assert!(roots.check(&root.join("escape"), Follow::Parent).is_ok());
+    fn relative_and_outside_paths_are_refused() {
+        let dir = std::env::temp_dir().join(format!("exec-server-roots-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("root")).unwrap();
+        let roots = Roots::new(&[dir.join("root")]).unwrap();
         assert_eq!(
-            roots.check(&dir.join("outside"), Follow::All).unwrap_err().message,
-            format!("path {} is outside the allowed roots", dir.join("outside").display())
-        );
-        assert_eq!(
-            roots.check(Path::new("rel/x"), Follow::All).unwrap_err().message,
+            roots.locate(Path::new("rel/x")).unwrap_err().message,
             "path must be absolute: rel/x"
         );
-    }
-
-    #[test]
-    fn no_roots_means_no_confinement() {
-        assert!(Roots::default().check(Path::new("/etc/passwd"), Follow::All).is_ok());
-    }
-
-    #[test]
-    fn link_loops_are_refused() {
-        let dir = scratch("loop");
-        let root = dir.join("root");
-        symlink(root.join("b"), root.join("a")).unwrap();
-        symlink(root.join("a"), root.join("b")).unwrap();
-        let roots = Roots::new(std::slice::from_ref(&root)).unwrap();
-        assert!(roots.check(&root.join("a"), Follow::All).is_err());
+        let escape = dir.join("root/../x");
+        assert_eq!(
+            roots.locate(&escape).unwrap_err().message,
+            format!("path {} is outside the allowed roots", escape.display())
+        );
+        assert!(roots.locate(&dir.join("root/a/../b")).is_ok());
+        assert!(Roots::default().locate(Path::new("/etc/passwd")).is_ok());
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

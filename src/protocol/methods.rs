@@ -148,7 +148,21 @@ pub struct Capabilities {
     pub methods: Vec<String>,
     /// Notifications the server sends.
     pub notifications: Vec<String>,
+    /// Behaviours beyond Part A a client may rely on (see [`FEATURES`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<String>,
 }
+
+/// What `capabilities.features` lists: base64 twins of paths and names,
+/// `followSymlinks`, atomic `fs/writeFile`, fs on regular files only, and
+/// confinement of every path an fs method touches.
+pub const FEATURES: &[&str] = &[
+    "fs/pathBase64",
+    "fs/followSymlinks",
+    "fs/atomicWrite",
+    "fs/regularFilesOnly",
+    "fs/confinedTrees",
+];
 
 /// Which stream an output chunk came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -405,17 +419,24 @@ pub struct ClosedParams {
     pub seq: u64,
 }
 
-/// Params of methods that take only a path.
+/// Params of fs/getMetadata and fs/readDirectory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PathParams {
-    /// Absolute path.
+    /// Absolute path (or `pathBase64`, its raw bytes, for a name that is not UTF-8).
+    #[serde(flatten, with = "crate::fs::names::path")]
     pub path: PathBuf,
+    /// fs/getMetadata: follow a final symlink (Part B; default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_symlinks: Option<bool>,
 }
 
 /// `fs/readFile` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ReadFileParams {
-    /// Absolute path.
+    /// Absolute path (or `pathBase64`, its raw bytes, for a name that is not UTF-8).
+    #[serde(flatten, with = "crate::fs::names::path")]
     pub path: PathBuf,
     /// First byte to read (Part B; default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -423,6 +444,9 @@ pub struct ReadFileParams {
     /// Most bytes to read (Part B; default: to the end).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub length: Option<u64>,
+    /// Follow a final symlink (Part B; default true; false refuses one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_symlinks: Option<bool>,
 }
 
 /// `fs/readFile` result.
@@ -437,19 +461,24 @@ pub struct ReadFileResult {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WriteFileParams {
-    /// Absolute path.
+    /// Absolute path (or `pathBase64`, its raw bytes, for a name that is not UTF-8).
+    #[serde(flatten, with = "crate::fs::names::path")]
     pub path: PathBuf,
     /// The bytes, base64 (decoded by the handler for its exact error message).
     pub data_base64: String,
-    /// Append instead of truncating (Part B).
+    /// Append instead of replacing (Part B).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub append: bool,
+    /// Follow a final symlink (Part B; default true; false refuses one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_symlinks: Option<bool>,
 }
 
 /// `fs/createDirectory` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CreateDirectoryParams {
-    /// Absolute path.
+    /// Absolute path (or `pathBase64`, its raw bytes, for a name that is not UTF-8).
+    #[serde(flatten, with = "crate::fs::names::path")]
     pub path: PathBuf,
     /// Create missing parents (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -496,12 +525,17 @@ pub struct DirectoryEntry {
     pub is_directory: bool,
     /// A regular file (after following symlinks).
     pub is_file: bool,
+    /// The name's raw bytes, when it is not UTF-8 (Part B; `fileName` is then lossy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_name_base64: Option<Base64>,
 }
 
 /// `fs/remove` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct RemoveParams {
-    /// Absolute path.
+    /// Absolute path (or `pathBase64`, its raw bytes, for a name that is not UTF-8).
+    #[serde(flatten, with = "crate::fs::names::path")]
     pub path: PathBuf,
     /// Remove directories with their contents (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -509,15 +543,20 @@ pub struct RemoveParams {
     /// A missing path is not an error (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub force: Option<bool>,
+    /// Remove what a final symlink points to (Part B; default false: the link itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_symlinks: Option<bool>,
 }
 
 /// `fs/copy` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CopyParams {
-    /// What to copy.
+    /// What to copy. (Or `sourcePathBase64`, its raw bytes.)
+    #[serde(flatten, with = "crate::fs::names::source_path")]
     pub source_path: PathBuf,
-    /// Where to.
+    /// Where to. (Or `destinationPathBase64`, its raw bytes.)
+    #[serde(flatten, with = "crate::fs::names::destination_path")]
     pub destination_path: PathBuf,
     /// Required true for directories.
     #[serde(default)]
@@ -528,8 +567,10 @@ pub struct CopyParams {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RenameParams {
-    /// What to rename.
+    /// What to rename. (Or `sourcePathBase64`, its raw bytes.)
+    #[serde(flatten, with = "crate::fs::names::source_path")]
     pub source_path: PathBuf,
-    /// The new path.
+    /// The new path. (Or `destinationPathBase64`, its raw bytes.)
+    #[serde(flatten, with = "crate::fs::names::destination_path")]
     pub destination_path: PathBuf,
 }

@@ -9,7 +9,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::fs_calls::FsCalls;
-use crate::fs::{Follow, Roots};
+use crate::fs::Roots;
 use crate::process::{ProcessTable, ReadOutcome};
 use crate::protocol::*;
 use crate::transport::Incoming;
@@ -114,8 +114,8 @@ impl State {
         let line = match method.as_str() {
             ProcessStart::NAME => call::<ProcessStart>(&id, params, |p| {
                 ProcessTable::check_cwd(&p.cwd)?;
-                roots.check_absolute(&p.cwd, Follow::All)?;
-                table.start(p)
+                let cwd = roots.check_cwd(&p.cwd)?;
+                table.start(StartParams { cwd, ..p })
             }),
             ProcessRead::NAME => {
                 let outcome = decode::<ProcessRead>(params)
@@ -177,6 +177,7 @@ impl State {
             capabilities: Some(Capabilities {
                 methods: METHODS.iter().map(|m| (*m).to_owned()).collect(),
                 notifications: NOTIFICATIONS.iter().map(|n| (*n).to_owned()).collect(),
+                features: FEATURES.iter().map(|f| (*f).to_owned()).collect(),
             }),
         })
     }

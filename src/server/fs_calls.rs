@@ -2,15 +2,20 @@
 //!
 //! Each call decodes its params, does its syscalls and encodes its reply on a
 //! blocking thread, so a FIFO, a device, a hung mount or a multi-GiB copy
-//! delays nothing but itself. Replies go out as calls finish, in any order.
-//! At shutdown the set is dropped: calls still stuck in a syscall are abandoned
-//! with their threads.
+//! delays nothing but itself. Replies go out as calls finish, in any order,
+//! with one exception that keeps a session piped in by hand meaningful: calls
+//! whose paths overlap as written (the same path, or one inside the other)
+//! run one after the other, in arrival order. At shutdown the set is dropped:
+//! calls still stuck in a syscall are abandoned with their threads.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::Value;
-use tokio::task::JoinSet;
+use tokio::task::{Id, JoinSet};
 
 use super::dispatch::{decode, reply};
 use crate::fs::{self, Roots};
@@ -28,19 +33,28 @@ struct Job {
     method: String,
     params: Value,
     bytes: usize,
+    /// The paths it names, cleaned lexically, for ordering.
+    paths: Vec<PathBuf>,
 }
 
 /// The fs calls of one connection.
 pub(super) struct FsCalls {
     roots: Arc<Roots>,
     running: JoinSet<String>,
+    running_paths: HashMap<Id, Vec<PathBuf>>,
     queue: VecDeque<Job>,
     queued_bytes: usize,
 }
 
 impl FsCalls {
     pub(super) fn new(roots: Arc<Roots>) -> FsCalls {
-        FsCalls { roots, running: JoinSet::new(), queue: VecDeque::new(), queued_bytes: 0 }
+        FsCalls {
+            roots,
+            running: JoinSet::new(),
+            running_paths: HashMap::new(),
+            queue: VecDeque::new(),
+            queued_bytes: 0,
+        }
     }
 
     /// Whether another request may be read (the queue is not full).
@@ -55,7 +69,8 @@ impl FsCalls {
 
     /// Starts the call, or queues it when [`FS_IN_FLIGHT`] already run.
     pub(super) fn submit(&mut self, id: RequestId, method: String, params: Value, bytes: usize) {
-        self.queue.push_back(Job { id, method, params, bytes });
+        let paths = named_paths(&params);
+        self.queue.push_back(Job { id, method, params, bytes, paths });
         self.queued_bytes += bytes;
         self.start_queued();
     }
@@ -63,14 +78,16 @@ impl FsCalls {
     /// The encoded reply of the next call to finish; pending while none runs.
     pub(super) async fn next_reply(&mut self) -> String {
         loop {
-            match self.running.join_next().await {
-                Some(Ok(line)) => {
+            match self.running.join_next_with_id().await {
+                Some(Ok((task, line))) => {
+                    self.running_paths.remove(&task);
                     self.start_queued();
                     return line;
                 }
                 Some(Err(error)) => {
                     // A panic in a handler is a bug; the request stays unanswered.
                     tracing::error!(%error, "an fs call failed");
+                    self.running_paths.remove(&error.id());
                     self.start_queued();
                 }
                 None => std::future::pending().await,
@@ -78,12 +95,23 @@ impl FsCalls {
         }
     }
 
+    /// Starts waiting calls, in order, that overlap nothing running or waiting before them.
     fn start_queued(&mut self) {
-        while self.running.len() < FS_IN_FLIGHT {
-            let Some(job) = self.queue.pop_front() else { return };
+        let mut index = 0;
+        while index < self.queue.len() && self.running.len() < FS_IN_FLIGHT {
+            let paths = &self.queue[index].paths;
+            let blocked = self.running_paths.values().any(|other| overlap(paths, other))
+                || self.queue.iter().take(index).any(|earlier| overlap(paths, &earlier.paths));
+            if blocked {
+                index += 1;
+                continue;
+            }
+            let Some(mut job) = self.queue.remove(index) else { return };
             self.queued_bytes -= job.bytes;
+            let paths = std::mem::take(&mut job.paths);
             let roots = self.roots.clone();
-            self.running.spawn_blocking(move || run(&roots, job));
+            let task = self.running.spawn_blocking(move || run(&roots, job));
+            self.running_paths.insert(task.id(), paths);
         }
     }
 }
@@ -92,18 +120,16 @@ impl FsCalls {
 fn run(roots: &Roots, job: Job) -> String {
     let Job { id, method, params, .. } = job;
     match method.as_str() {
-        ReadFile::NAME => call::<ReadFile>(&id, params, |p| wait(fs::read_file(roots, p))),
-        WriteFile::NAME => call::<WriteFile>(&id, params, |p| wait(fs::write_file(roots, p))),
+        ReadFile::NAME => call::<ReadFile>(&id, params, |p| fs::read_file(roots, p)),
+        WriteFile::NAME => call::<WriteFile>(&id, params, |p| fs::write_file(roots, p)),
         CreateDirectory::NAME => {
-            call::<CreateDirectory>(&id, params, |p| wait(fs::create_directory(roots, p)))
+            call::<CreateDirectory>(&id, params, |p| fs::create_directory(roots, p))
         }
-        GetMetadata::NAME => call::<GetMetadata>(&id, params, |p| wait(fs::get_metadata(roots, p))),
-        ReadDirectory::NAME => {
-            call::<ReadDirectory>(&id, params, |p| wait(fs::read_directory(roots, p)))
-        }
-        Remove::NAME => call::<Remove>(&id, params, |p| wait(fs::remove(roots, p))),
-        Copy::NAME => call::<Copy>(&id, params, |p| wait(fs::copy(roots, p))),
-        Rename::NAME => call::<Rename>(&id, params, |p| wait(fs::rename(roots, p))),
+        GetMetadata::NAME => call::<GetMetadata>(&id, params, |p| fs::get_metadata(roots, p)),
+        ReadDirectory::NAME => call::<ReadDirectory>(&id, params, |p| fs::read_directory(roots, p)),
+        Remove::NAME => call::<Remove>(&id, params, |p| fs::remove(roots, p)),
+        Copy::NAME => call::<Copy>(&id, params, |p| fs::copy(roots, p)),
+        Rename::NAME => call::<Rename>(&id, params, |p| fs::rename(roots, p)),
         other => encode_response::<Empty>(
             &id,
             &Err(ErrorObject::new(
@@ -114,15 +140,68 @@ fn run(roots: &Roots, job: Job) -> String {
     }
 }
 
-/// Runs an async handler to completion on this blocking thread.
-fn wait<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Handle::current().block_on(future)
-}
-
 fn call<M: Method>(
     id: &RequestId,
     params: Value,
     handler: impl FnOnce(M::Params) -> Result<M::Result, ErrorObject>,
 ) -> String {
     reply::<M>(id, decode::<M>(params).and_then(handler))
+}
+
+/// The paths a request names (strings or base64 twins), cleaned lexically.
+fn named_paths(params: &Value) -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    for key in ["path", "sourcePath", "destinationPath"] {
+        if let Some(text) = params.get(key).and_then(Value::as_str) {
+            paths.push(clean(Path::new(text)));
+        }
+        let twin = format!("{key}Base64");
+        if let Some(bytes) =
+            params.get(&twin).and_then(Value::as_str).and_then(|t| Base64::decode(t).ok())
+        {
+            paths.push(clean(Path::new(&OsString::from_vec(bytes.0))));
+        }
+    }
+    paths
+}
+
+/// `path` without `.`, `//` and with `..` applied, as written (no symlinks resolved).
+fn clean(path: &Path) -> PathBuf {
+    let mut cleaned = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::ParentDir => {
+                cleaned.pop();
+            }
+            Component::CurDir => {}
+            other => cleaned.push(other),
+        }
+    }
+    cleaned
+}
+
+/// Whether some path of `a` is, contains or lies inside some path of `b`.
+fn overlap(a: &[PathBuf], b: &[PathBuf]) -> bool {
+    a.iter().any(|x| b.iter().any(|y| x.starts_with(y) || y.starts_with(x)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn paths_overlap_when_one_contains_the_other() {
+        let paths = |v: Value| named_paths(&v);
+        let file = paths(json!({"path": "/tmp/a/./f"}));
+        assert_eq!(file, vec![PathBuf::from("/tmp/a/f")]);
+        assert!(overlap(&file, &paths(json!({"path": "/tmp/a"}))));
+        assert!(overlap(&file, &paths(json!({"path": "/tmp/a/b/../f"}))));
+        assert!(!overlap(&file, &paths(json!({"path": "/tmp/ab"}))));
+        let copy = paths(json!({"sourcePath": "/x", "destinationPath": "/tmp/a/f"}));
+        assert!(overlap(&file, &copy));
+        let twin = paths(json!({"pathBase64": "L3RtcC9hL2Y="}));
+        assert_eq!(twin, vec![PathBuf::from("/tmp/a/f")]);
+        assert!(!overlap(&file, &paths(json!({"nothing": 1}))));
+    }
 }

@@ -20,11 +20,16 @@ pub struct Binary {
 
 impl Binary {
     pub fn spawn(args: &[&str]) -> Binary {
+        Binary::spawn_with_stderr(args, Stdio::inherit())
+    }
+
+    /// Like [`Binary::spawn`], with stderr going to `stderr`.
+    pub fn spawn_with_stderr(args: &[&str], stderr: Stdio) -> Binary {
         let mut child = tokio::process::Command::new(BIN)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .kill_on_drop(true)
             .spawn()
             .unwrap();

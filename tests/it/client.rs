@@ -119,18 +119,43 @@ async fn fs_methods_and_not_found_errors() {
     let file = dir.join("d/f");
     let mkdir = CreateDirectoryParams { path: dir.join("d"), recursive: None };
     client.create_directory(mkdir).await.unwrap();
-    let write = WriteFileParams { path: file.clone(), data_base64: b64(b"hello"), append: false };
+    let write = WriteFileParams {
+        path: file.clone(),
+        data_base64: b64(b"hello"),
+        append: false,
+        follow_symlinks: None,
+    };
     client.write_file(write).await.unwrap();
     let read = client
-        .read_file(ReadFileParams { path: file.clone(), offset: Some(1), length: Some(3) })
+        .read_file(ReadFileParams {
+            path: file.clone(),
+            offset: Some(1),
+            length: Some(3),
+            follow_symlinks: None,
+        })
         .await
         .unwrap();
     assert_eq!(read.data_base64.0, b"ell");
-    assert_eq!(client.get_metadata(PathParams { path: file.clone() }).await.unwrap().size, 5);
-    let listing = client.read_directory(PathParams { path: dir.join("d") }).await.unwrap();
+    assert_eq!(
+        client
+            .get_metadata(PathParams { path: file.clone(), follow_symlinks: None })
+            .await
+            .unwrap()
+            .size,
+        5
+    );
+    let listing = client
+        .read_directory(PathParams { path: dir.join("d"), follow_symlinks: None })
+        .await
+        .unwrap();
     assert_eq!(
         listing.entries,
-        vec![DirectoryEntry { file_name: "f".into(), is_directory: false, is_file: true }]
+        vec![DirectoryEntry {
+            file_name: "f".into(),
+            is_directory: false,
+            is_file: true,
+            file_name_base64: None,
+        }]
     );
     let copy =
         CopyParams { source_path: file.clone(), destination_path: dir.join("g"), recursive: false };
@@ -138,11 +163,21 @@ async fn fs_methods_and_not_found_errors() {
     let rename = RenameParams { source_path: dir.join("g"), destination_path: dir.join("h") };
     client.rename(rename).await.unwrap();
     client
-        .remove(RemoveParams { path: dir.join("h"), recursive: None, force: Some(false) })
+        .remove(RemoveParams {
+            path: dir.join("h"),
+            recursive: None,
+            force: Some(false),
+            follow_symlinks: None,
+        })
         .await
         .unwrap();
     let missing = client
-        .read_file(ReadFileParams { path: dir.join("h"), offset: None, length: None })
+        .read_file(ReadFileParams {
+            path: dir.join("h"),
+            offset: None,
+            length: None,
+            follow_symlinks: None,
+        })
         .await
         .unwrap_err();
     assert!(missing.is_not_found(), "{missing}");
@@ -153,14 +188,14 @@ async fn fs_methods_and_not_found_errors() {
 }
 
 #[tokio::test]
-async fn a_path_json_cannot_carry_is_an_error_not_a_panic() {
+async fn a_path_json_cannot_carry_travels_as_base64() {
     use std::os::unix::ffi::OsStrExt;
     let client = Client::in_process(Config::default()).await.unwrap();
     let path = PathBuf::from(std::ffi::OsStr::from_bytes(b"/tmp/not-utf8-\xff"));
-    let error = client.get_metadata(PathParams { path }).await.unwrap_err();
+    let error = client.get_metadata(PathParams { path, follow_symlinks: None }).await.unwrap_err();
     assert_eq!(
-        error.to_string(),
-        "cannot encode the request: fs/getMetadata params: path contains invalid UTF-8 characters"
+        error.rpc().unwrap().data,
+        Some(json!({"kind": "notFound", "path": "/tmp/not-utf8-\u{fffd}"}))
     );
     assert!(client.list(Empty {}).await.is_ok());
 }
@@ -306,12 +341,20 @@ async fn fake_server_out_of_order_responses_unknown_notifications_and_malformed_
     let (client, mut fake) = Fake::connect().await;
     let first = tokio::spawn({
         let client = client.clone();
-        async move { client.get_metadata(PathParams { path: PathBuf::from("/a") }).await }
+        async move {
+            client
+                .get_metadata(PathParams { path: PathBuf::from("/a"), follow_symlinks: None })
+                .await
+        }
     });
     let a = fake.request().await;
     let second = tokio::spawn({
         let client = client.clone();
-        async move { client.get_metadata(PathParams { path: PathBuf::from("/b") }).await }
+        async move {
+            client
+                .get_metadata(PathParams { path: PathBuf::from("/b"), follow_symlinks: None })
+                .await
+        }
     });
     let b = fake.request().await;
     let meta = |size: u64| json!({"isDirectory": false, "isFile": true, "createdAtMs": 0, "modifiedAtMs": 0, "size": size});

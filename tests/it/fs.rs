@@ -214,6 +214,13 @@ async fn copy_files_trees_and_symlinks() {
         std::fs::read_link(dir.join("dst/rel-link")).unwrap(),
         std::path::Path::new("inner/f")
     );
+    // A tree's destination gets its missing parents, as in Part A.
+    h.result(
+        "fs/copy",
+        json!({"sourcePath": src, "destinationPath": p(&dir.join("new/parents/dst")), "recursive": true}),
+    )
+    .await;
+    assert_eq!(std::fs::read(dir.join("new/parents/dst/inner/f")).unwrap(), b"data");
     h.result("fs/copy", json!({"sourcePath": p(&dir.join("src/inner/f")), "destinationPath": p(&dir.join("one")), "recursive": false})).await;
     assert_eq!(std::fs::read(dir.join("one")).unwrap(), b"data");
     let missing = p(&dir.join("missing"));

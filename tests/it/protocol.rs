@@ -21,7 +21,11 @@ async fn handshake_reports_version_server_info_and_capabilities() {
                     "fs/readFile", "fs/writeFile", "fs/createDirectory", "fs/getMetadata",
                     "fs/readDirectory", "fs/remove", "fs/copy", "fs/rename"
                 ],
-                "notifications": ["process/output", "process/exited", "process/closed"]
+                "notifications": ["process/output", "process/exited", "process/closed"],
+                "features": [
+                    "fs/pathBase64", "fs/followSymlinks", "fs/atomicWrite",
+                    "fs/regularFilesOnly", "fs/confinedTrees"
+                ]
             }
         })
     );

@@ -274,3 +274,27 @@ pub async fn wait_dead(pid: u32) {
     within(&format!("process {pid} to die"), fd.readable()).await.unwrap().retain_ready();
     assert!(is_dead(pid), "process {pid} is still alive");
 }
+
+/// Every entry under `dir`, links not followed: its type, mode and content (or
+/// link target), to compare a tree byte for byte before and after.
+pub fn snapshot(dir: &std::path::Path) -> std::collections::BTreeMap<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut entries = std::collections::BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        let mode = meta.permissions().mode();
+        let description = if meta.file_type().is_symlink() {
+            format!("link {mode:o} -> {:?}", std::fs::read_link(&path).unwrap())
+        } else if meta.is_dir() {
+            for entry in std::fs::read_dir(&path).unwrap() {
+                pending.push(entry.unwrap().path());
+            }
+            format!("dir {mode:o}")
+        } else {
+            format!("file {mode:o} {:?}", std::fs::read(&path).unwrap())
+        };
+        entries.insert(path, description);
+    }
+    entries
+}

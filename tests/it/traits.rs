@@ -19,7 +19,12 @@ async fn filesystem_suite(fs: impl FileSystem, dir: &Path) {
     let entries = fs.read_directory(&dir.join("sub")).await.unwrap();
     assert_eq!(
         entries,
-        vec![DirectoryEntry { file_name: "file.txt".into(), is_directory: false, is_file: true }]
+        vec![DirectoryEntry {
+            file_name: "file.txt".into(),
+            is_directory: false,
+            is_file: true,
+            file_name_base64: None,
+        }]
     );
     fs.copy(&dir.join("sub"), &dir.join("copy"), true).await.unwrap();
     fs.rename(&dir.join("copy/file.txt"), &dir.join("moved.txt")).await.unwrap();

@@ -1,0 +1,142 @@
+//! Resolution of a located path under its root: the target itself, or the entry (parent directory descriptor and name).
+
+use std::ffi::{CStr, CString, OsStr};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use super::error::{self, io_error, FsOp};
+use super::kind;
+use super::roots::{self, Roots};
+use super::sys;
+use crate::protocol::ErrorObject;
+
+/// A cleaned path split into a directory descriptor (a root, or `/`) and the
+/// rest, which the kernel resolves beneath it.
+#[derive(Debug)]
+pub(crate) struct Located<'a> {
+    roots: &'a Roots,
+    /// The path as the client gave it, for messages.
+    path: &'a Path,
+    dir: OwnedFd,
+    rel: PathBuf,
+    resolve: u64,
+}
+
+/// A directory entry: its parent directory and its name (one component).
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub(crate) dir: OwnedFd,
+    pub(crate) name: CString,
+}
+
+impl<'a> Located<'a> {
+    pub(crate) fn new(
+        roots: &'a Roots,
+        path: &'a Path,
+        dir: OwnedFd,
+        rel: PathBuf,
+        resolve: u64,
+    ) -> Located<'a> {
+        Located { roots, path, dir, rel, resolve }
+    }
+
+    /// The path as given.
+    pub(crate) fn path(&self) -> &'a Path {
+        self.path
+    }
+
+    /// Opens the path itself with `flags` (add `O_NOFOLLOW` to stop at a final symlink).
+    pub(crate) fn open(&self, flags: libc::c_int) -> io::Result<OwnedFd> {
+        let rel = if self.rel.as_os_str().is_empty() { Path::new(".") } else { &self.rel };
+        sys::openat2(self.dir.as_fd(), &sys::c_path(rel)?, flags, 0, self.resolve)
+    }
+
+    /// The error for a failed resolution: leaving a root is -32600 outside, the rest as I/O errors.
+    pub(crate) fn fail(&self, op: FsOp, error: io::Error) -> ErrorObject {
+        if self.resolve != 0 && roots::is_escape(&error) {
+            roots::outside(self.path)
+        } else {
+            io_error(op, self.path)(error)
+        }
+    }
+
+    /// The entry the path names, without following a final symlink. A root (or
+    /// `/`) has no entry a method may remove, rename or create.
+    pub(crate) fn entry(&self, op: FsOp) -> Result<Entry, ErrorObject> {
+        match self.entry_io() {
+            Ok(Some(entry)) => Ok(entry),
+            Ok(None) => Err(self.no_entry(op)),
+            Err(e) => Err(self.fail(op, e)),
+        }
+    }
+
+    /// The error for a root (or `/`) used where an entry is needed.
+    pub(crate) fn no_entry(&self, op: FsOp) -> ErrorObject {
+        let detail = if self.resolve != 0 { "it is an allowed root" } else { "it is /" };
+        error::invalid_input(op, self.path, detail.into())
+    }
+
+    /// [`Located::entry`] with the raw error; `None` for a root or `/`.
+    pub(crate) fn entry_io(&self) -> io::Result<Option<Entry>> {
+        let Some(name) = self.rel.file_name() else { return Ok(None) };
+        let parent = match self.rel.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        let flags = libc::O_PATH | libc::O_DIRECTORY;
+        let dir = sys::openat2(self.dir.as_fd(), &sys::c_path(parent)?, flags, 0, self.resolve)?;
+        let name = CString::new(name.as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
+        Ok(Some(Entry { dir, name }))
+    }
+
+    /// The parent directory, located the same way; `None` for a root or `/`.
+    pub(crate) fn parent(&self) -> io::Result<Option<Located<'a>>> {
+        let Some(parent) = self.rel.parent() else { return Ok(None) };
+        let dir = self.dir.try_clone()?;
+        Ok(Some(Located { rel: parent.to_path_buf(), dir, ..*self }))
+    }
+
+    /// Opens `name` inside this directory, resolved from the root like the path itself.
+    pub(crate) fn open_child(&self, name: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
+        let rel = self.rel.join(OsStr::from_bytes(name.to_bytes()));
+        sys::openat2(self.dir.as_fd(), &sys::c_path(&rel)?, flags, 0, self.resolve)
+    }
+
+    /// The entry the path leads to after following final symlinks (beneath the
+    /// root), with its status; `None` when nothing exists there yet. A dangling
+    /// symlink is NotFound. The entry is verified to be the file the kernel
+    /// resolved (same device and inode), so a concurrent swap is an error.
+    pub(crate) fn follow_entry(
+        &self,
+        op: FsOp,
+    ) -> Result<(Entry, Option<libc::stat>), ErrorObject> {
+        let entry = self.entry(op)?;
+        match sys::fstatat(entry.dir.as_fd(), &entry.name, false) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((entry, None)),
+            Err(e) => return Err(self.fail(op, e)),
+            Ok(stat) if sys::file_type(&stat) != libc::S_IFLNK => return Ok((entry, Some(stat))),
+            Ok(_) => {}
+        }
+        let target = self.open(libc::O_PATH).map_err(|e| self.fail(op, e))?;
+        let resolved = sys::fstat(target.as_fd()).map_err(io_error(op, self.path))?;
+        let proc_path = format!("/proc/self/fd/{}", target.as_raw_fd());
+        let real = std::fs::read_link(proc_path).map_err(io_error(op, self.path))?;
+        if !real.is_absolute() {
+            // An anonymous pipe or socket (`pipe:[N]`): nothing a method may act on.
+            let detail = format!("it is {}, not a regular file", kind::type_name(&resolved));
+            return Err(error::invalid_input(op, self.path, detail));
+        }
+        let located = self.roots.locate(&real).map_err(|_| roots::outside(self.path))?;
+        let entry = located.entry(op).map_err(|_| roots::outside(self.path))?;
+        let stat = sys::fstatat(entry.dir.as_fd(), &entry.name, false).ok();
+        match stat {
+            Some(stat) if sys::same_file(&stat, &resolved) => Ok((entry, Some(stat))),
+            _ => Err(io_error(op, self.path)(io::Error::other(
+                "it changed while its symlinks were being resolved",
+            ))),
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! `fs/readFile`: regular files only, decided before opening for reading; ranges that work on pseudo-files.
+
+use std::io::{self, Read, Seek, SeekFrom};
+use std::os::fd::AsFd;
+
+use super::error::{invalid_input, io_error, FsOp};
+use super::{kind, sys, too_large, FsResult, Roots, READ_LIMIT};
+use crate::protocol::{Base64, ReadFileParams, ReadFileResult};
+
+/// Reads the whole file or `offset..offset+length`. A final symlink is followed
+/// unless `followSymlinks` is false, in which case it is refused as not a regular file.
+pub(crate) fn read_file(roots: &Roots, params: ReadFileParams) -> FsResult<ReadFileResult> {
+    let op = FsOp::Read;
+    let located = roots.locate(&params.path)?;
+    let path = located.path();
+    let nofollow = if params.follow_symlinks.unwrap_or(true) { 0 } else { libc::O_NOFOLLOW };
+    let handle = located.open(libc::O_PATH | nofollow).map_err(|e| located.fail(op, e))?;
+    let stat = sys::fstat(handle.as_fd()).map_err(io_error(op, path))?;
+    kind::require_regular(op, path, &stat)?;
+    let mut file = kind::reopen(&handle, libc::O_RDONLY).map_err(io_error(op, path))?;
+    // Pseudo-files (/proc, /sys) report size 0: their size is only known by reading.
+    let size = u64::try_from(stat.st_size).unwrap_or(0);
+    let sized = size > 0;
+    let offset = params.offset.unwrap_or(0);
+    if sized && offset > size {
+        return Err(past_end(path, offset, size));
+    }
+    let wanted = match params.length {
+        Some(length) => length,
+        None if sized => size - offset,
+        None => READ_LIMIT,
+    };
+    if wanted > READ_LIMIT {
+        return Err(too_large());
+    }
+    if offset > 0 && sized {
+        file.seek(SeekFrom::Start(offset)).map_err(io_error(op, path))?;
+    } else if offset > 0 {
+        let skipped =
+            io::copy(&mut (&mut file).take(offset), &mut io::sink()).map_err(io_error(op, path))?;
+        if skipped < offset {
+            return Err(past_end(path, offset, skipped));
+        }
+    }
+    let expected = if sized { wanted.min(size - offset) } else { 0 };
+    let mut data = Vec::with_capacity(usize::try_from(expected).unwrap_or(0));
+    // One byte more than allowed tells a file that grew past the limit.
+    let cap = if params.length.is_some() { wanted } else { READ_LIMIT + 1 };
+    file.take(cap).read_to_end(&mut data).map_err(io_error(op, path))?;
+    if data.len() as u64 > READ_LIMIT {
+        return Err(too_large());
+    }
+    Ok(ReadFileResult { data_base64: Base64(data) })
+}
+
+fn past_end(path: &std::path::Path, offset: u64, size: u64) -> crate::protocol::ErrorObject {
+    invalid_input(
+        FsOp::Read,
+        path,
+        format!("offset {offset} is past the end of the file ({size} bytes)"),
+    )
+}
