@@ -400,6 +400,33 @@ pub(crate) fn json_kind(value: &Value) -> &'static str {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn hand_encoded_output_matches_the_generic_encoder() {
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let ids = ["p", "", "a\"quote", "tab\tnew\nline", "ünïcödé", "\u{1}ctl", "emoji 🦀"];
+        for round in 0..2000 {
+            let id = format!("{}{}", ids[round % ids.len()], next() % 1000);
+            let len = (next() % 300) as usize;
+            let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            let stream = [Stream::Stdout, Stream::Stderr, Stream::Pty][(next() % 3) as usize];
+            let seq = if round % 7 == 0 { u64::MAX - next() % 3 } else { next() % 100_000 };
+            let params =
+                OutputParams { process_id: id.clone(), seq, stream, chunk: Base64(bytes.clone()) };
+            assert_eq!(
+                encode_output(&id, seq, stream, &bytes),
+                encode_notification::<ProcessOutput>(&params, 64),
+                "round {round}"
+            );
+        }
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -138,11 +138,10 @@ impl Entry {
             .map_err(|e| ResizeError::Io(std::io::Error::other(e)))
     }
 
-    /// Encodes a chunk's `process/output` notification, then retains the chunk.
+    /// Retains a chunk (the log numbers it) and encodes its `process/output` notification.
     pub(crate) fn push_output(&mut self, stream: Stream, bytes: Vec<u8>) -> String {
-        let line = encode_output(&self.id, self.output.last_seq() + 1, stream, &bytes);
-        self.output.push(stream, bytes);
-        line
+        let seq = self.output.push(stream, bytes);
+        encode_output(&self.id, seq, stream, self.output.newest_bytes())
     }
 
     pub(crate) fn report_exit(&mut self, exit: &ExitInfo) -> String {

@@ -53,6 +53,11 @@ impl OutputLog {
         self.last_seq
     }
 
+    /// The bytes of the newest chunk (empty when there is none).
+    pub(crate) fn newest_bytes(&self) -> &[u8] {
+        self.chunks.back().map_or(&[], |c| c.bytes.as_slice())
+    }
+
     /// Whether a read after `after_seq` would return anything.
     pub(crate) fn has_after(&self, after_seq: u64) -> bool {
         self.last_seq > after_seq && !self.chunks.is_empty()

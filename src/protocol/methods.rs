@@ -44,7 +44,7 @@ macro_rules! methods {
 }
 
 macro_rules! notifications {
-    ($($(#[$doc:meta])* $marker:ident = $name:literal ($params:ty);)*) => {
+    ($(#[$list_doc:meta])* $list:ident; $($(#[$doc:meta])* $marker:ident = $name:literal ($params:ty);)*) => {
         $(
             $(#[$doc])*
             #[derive(Debug)]
@@ -54,6 +54,8 @@ macro_rules! notifications {
                 type Params = $params;
             }
         )*
+        $(#[$list_doc])*
+        pub const $list: &[&str] = &[$($name),*];
     };
 }
 
@@ -93,8 +95,15 @@ methods! {
 }
 
 notifications! {
+    /// Every notification a client sends.
+    CLIENT_NOTIFICATIONS;
     /// `initialized`: the client's second handshake step.
     Initialized = "initialized" (Empty);
+}
+
+notifications! {
+    /// Every notification the server sends, in the order `initialize` lists them.
+    NOTIFICATIONS;
     /// `process/output`: one chunk of output.
     ProcessOutput = "process/output" (OutputParams);
     /// `process/exited`: the process exited.
@@ -102,9 +111,6 @@ notifications! {
     /// `process/closed`: every output stream reached end-of-file.
     ProcessClosed = "process/closed" (ClosedParams);
 }
-
-/// Notification names the server sends, in the order `initialize` lists them.
-pub const NOTIFICATIONS: &[&str] = &["process/output", "process/exited", "process/closed"];
 
 /// An empty object, `{}`; also accepted as `null` or absent params.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
