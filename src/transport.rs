@@ -215,7 +215,19 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn writer_flushes_each_line() {
+    async fn writer_flushes_a_line_without_waiting_for_more() {
+        let (client, server) = tokio::io::duplex(1024);
+        // A buffered writer: without the flush, the line would sit in its buffer.
+        let (tx, _task) = spawn_writer(tokio::io::BufWriter::new(server));
+        tx.send("{\"id\":1}".into()).await.unwrap();
+        let mut lines = tokio::io::BufReader::new(client).lines();
+        let line = tokio::time::timeout(std::time::Duration::from_secs(10), lines.next_line());
+        assert_eq!(line.await.unwrap().unwrap().as_deref(), Some("{\"id\":1}"));
+        drop(tx);
+    }
+
+    #[tokio::test]
+    async fn writer_writes_every_line_in_order() {
         let (client, server) = tokio::io::duplex(1024);
         let (tx, task) = spawn_writer(server);
         tx.send("{\"id\":1}".into()).await.unwrap();

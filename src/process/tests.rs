@@ -99,3 +99,79 @@ async fn a_waiting_read_is_answered_empty_at_its_deadline() {
     assert_eq!(table.pending_counts(), (0, 0));
     table.kill_all();
 }
+
+fn start(table: &mut ProcessTable, id: &str, argv: &[&str]) {
+    let params = serde_json::from_value(json!({
+        "processId": id, "argv": argv, "cwd": "/", "env": {"PATH": "/usr/bin:/bin"},
+    }))
+    .unwrap();
+    table.start(params).unwrap();
+}
+
+fn exited(serial: u64) -> ProcEvent {
+    ProcEvent::Exited { serial, exit: Ok(signal::ExitInfo::exited(0)) }
+}
+
+#[tokio::test]
+async fn exit_waits_up_to_250_ms_for_the_streams_then_is_reported() {
+    let (mut table, _events) = table();
+    start_sleep(&mut table, "p");
+    let t0 = Instant::now();
+    let mut out = Vec::new();
+    table.on_event(exited(1), t0, &mut out);
+    assert_eq!(out, Vec::<String>::new(), "reported while both streams were open");
+    table.on_timers(t0 + Duration::from_millis(249), &mut out);
+    assert_eq!(out, Vec::<String>::new());
+    table.on_timers(t0 + Duration::from_millis(250), &mut out);
+    assert_eq!(
+        out,
+        vec![r#"{"method":"process/exited","params":{"processId":"p","seq":0,"exitCode":0}}"#]
+    );
+    table.kill_all();
+}
+
+#[tokio::test]
+async fn an_exited_id_is_reserved_for_30_s_then_forgotten() {
+    let (mut table, _events) = table();
+    start_sleep(&mut table, "p");
+    let t0 = Instant::now();
+    let mut out = Vec::new();
+    table.on_event(ProcEvent::StreamEnd { serial: 1 }, t0, &mut out);
+    table.on_event(ProcEvent::StreamEnd { serial: 1 }, t0, &mut out);
+    table.on_event(exited(1), t0, &mut out);
+    assert_eq!(out.len(), 2, "exited and closed: {out:?}");
+    table.on_timers(t0 + Duration::from_millis(29_999), &mut out);
+    assert_eq!(table.list().processes.len(), 1);
+    table.on_timers(t0 + Duration::from_secs(30), &mut out);
+    assert_eq!(table.list().processes.len(), 0);
+    start(&mut table, "p", &["true"]);
+    table.kill_all();
+}
+
+#[tokio::test]
+async fn grace_ends_with_sigkill_to_the_group_at_its_deadline() {
+    let (mut table, mut events) = table();
+    start(&mut table, "g", &["sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"]);
+    let pid = table.list().processes[0].pid;
+    // The trap is set once the shell speaks.
+    let ready = tokio::time::timeout(Duration::from_secs(20), events.recv()).await.unwrap();
+    assert!(matches!(ready, Some(ProcEvent::Output { .. })), "{ready:?}");
+    let t0 = Instant::now();
+    let params = TerminateParams { process_id: "g".into(), grace_ms: Some(5_000) };
+    assert!(table.terminate(params, t0).running);
+    let mut out = Vec::new();
+    table.on_timers(t0 + Duration::from_millis(4_999), &mut out);
+    let alive = tree::stat(pid).map(|stat| stat.state != b'Z').unwrap_or(false);
+    assert!(alive, "the shell died before its grace ran out");
+    table.on_timers(t0 + Duration::from_secs(5), &mut out);
+    // SIGKILL went to the group: the shell ends, killed.
+    let status = tokio::task::spawn_blocking(move || {
+        let mut status = 0;
+        // SAFETY: waitpid writes only to `status`; the shell is this test's child.
+        unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) };
+        status
+    })
+    .await
+    .unwrap();
+    assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGKILL, "{status}");
+}

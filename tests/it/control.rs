@@ -3,7 +3,7 @@
 use exec_server::Config;
 use serde_json::json;
 
-use crate::support::{b64, start_params, Harness};
+use crate::support::{b64, start_params, within, Harness};
 
 #[tokio::test]
 async fn pipe_stdin_feeds_a_tool_that_reads_to_eof() {
@@ -63,9 +63,14 @@ async fn signals_by_name_reach_the_process() {
 async fn stop_and_continue() {
     let mut h = Harness::ready().await;
     h.start_with("cat", &["cat"], json!({"pipeStdin": true})).await;
+    let list = h.result("process/list", json!({})).await;
+    let pid = list["processes"][0]["pid"].as_u64().unwrap() as libc::id_t;
     h.result("process/signal", json!({"processId": "cat", "signal": "SIGSTOP"})).await;
+    // The server runs in this process, so cat is our child: wait until it is stopped.
+    within("cat to stop", wait_for_state(pid, libc::WSTOPPED)).await;
     h.result("process/write", json!({"processId": "cat", "chunk": b64(b"held\n")})).await;
     h.result("process/signal", json!({"processId": "cat", "signal": "SIGCONT"})).await;
+    within("cat to continue", wait_for_state(pid, libc::WCONTINUED)).await;
     let output = h.notification("process/output", "cat").await;
     assert_eq!(output["chunk"], b64(b"held\n"));
     h.result("process/terminate", json!({"processId": "cat"})).await;
@@ -132,4 +137,20 @@ async fn max_processes_limits_live_processes() {
     h.notification("process/exited", "one").await;
     h.start("three", &["true"]).await;
     h.result("process/terminate", json!({"processId": "two"})).await;
+}
+
+/// Waits (without reaping) until child `pid` reports `state` (WSTOPPED or WCONTINUED).
+async fn wait_for_state(pid: libc::id_t, state: libc::c_int) {
+    tokio::task::spawn_blocking(move || {
+        // SAFETY: siginfo_t is plain data; waitid fills it in.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid writes only to `info`; WNOWAIT leaves the state for the server.
+        let rc = unsafe { libc::waitid(libc::P_PID, pid, &mut info, state | libc::WNOWAIT) };
+        assert_eq!(rc, 0, "waitid: {}", std::io::Error::last_os_error());
+        let expected =
+            if state == libc::WSTOPPED { libc::CLD_STOPPED } else { libc::CLD_CONTINUED };
+        assert_eq!(info.si_code, expected);
+    })
+    .await
+    .unwrap();
 }

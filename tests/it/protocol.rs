@@ -255,16 +255,50 @@ impl Junk {
 async fn junk_input_never_stops_the_server() {
     let mut h = Harness::ready().await;
     let mut junk = Junk(0x2545_F491_4F6C_DD1D);
+    let mut replied = 0;
     for round in 0..20 {
+        let mut expected = 0;
         for _ in 0..100 {
             let mut line = junk.line();
+            expected += replies_expected(&line);
             line.push(b'\n');
             h.send_bytes(&line).await;
         }
         let id = format!("probe-{round}");
         h.send(json!({"id": id, "method": "process/list"})).await;
-        let reply = h.take("the probe reply", |m| m["id"] == id.as_str()).await;
+        // No process exists, so every reply comes at once, before the probe's.
+        let mut replies = Vec::new();
+        let reply = loop {
+            let message = h.next().await;
+            if message["id"] == id.as_str() {
+                break message;
+            }
+            replies.push(message);
+        };
+        assert_eq!(replies.len(), expected, "round {round}: {replies:?}");
+        for reply in &replies {
+            let answered = reply.get("error").is_some() ^ reply.get("result").is_some();
+            assert!(answered && reply.get("method").is_none(), "{reply}");
+        }
+        replied += replies.len();
         assert!(reply.get("result").is_some(), "{reply}");
         assert!(!h.server.is_finished(), "the server stopped");
+    }
+    assert!(replied > 1000, "the junk was too tame: {replied} replies");
+}
+
+/// How many replies a junk line must get: none for a blank line, a response or
+/// a notification the server ignores; exactly one for anything else.
+fn replies_expected(line: &[u8]) -> usize {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return 0;
+    }
+    let Ok(serde_json::Value::Object(object)) = serde_json::from_slice(line) else { return 1 };
+    let method = object.get("method").and_then(serde_json::Value::as_str);
+    match (object.contains_key("id"), method) {
+        (false, Some(method)) if !exec_server::METHODS.contains(&method) => 0,
+        (true, None) if object.contains_key("result") ^ object.contains_key("error") => 0,
+        _ => 1,
     }
 }
