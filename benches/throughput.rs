@@ -10,6 +10,8 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use exec_server::protocol::{GetMetadata, PathParams, TerminateParams};
+use exec_server::server::Config;
 use exec_server::*;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
@@ -120,14 +122,14 @@ async fn cat_round_trips() {
 
 async fn server_round_trips(client: &Client) {
     for _ in 0..ROUND_TRIPS {
-        let params = TerminateParams { process_id: "no-such-process".into(), grace_ms: None };
+        let params = TerminateParams::new("no-such-process");
         assert!(!client.terminate(params).await.unwrap().running);
     }
 }
 
 async fn metadata_round_trips(client: &Client) {
     for _ in 0..ROUND_TRIPS {
-        let params = PathParams { path: "/tmp".into(), follow_symlinks: None };
+        let params = PathParams::new("/tmp");
         assert!(client.call::<GetMetadata>(&params).await.unwrap().is_directory);
     }
 }

@@ -14,7 +14,7 @@ async fn main() -> Result<(), exec_server::Error> {
     let params = StartParams::new("tree", ["sh", "-c", "sleep 30 & echo $!; wait"], "/");
     let mut process = launcher.client().start(params).await?;
     let sleep = process.next_output().await?.expect("the shell prints the sleep's pid");
-    let list = launcher.client().list(exec_server::Empty {}).await?;
+    let list = launcher.client().list(exec_server::protocol::Empty {}).await?;
     let shell = list.processes[0].pid;
     let holder = if std::env::var_os("HOLD_STDIN_ELSEWHERE").is_some() {
         // SAFETY: the child calls only pause(), which is async-signal-safe.

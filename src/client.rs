@@ -26,7 +26,7 @@ use crate::server::{self, Config};
 use crate::transport;
 
 /// How long [`Client::connect`] waits for the handshake by default.
-pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest line the client accepts (a 512 MiB `fs/readFile` is about 700 MiB of base64).
 const MAX_INCOMING_LINE: usize = 1 << 30;
 
@@ -35,7 +35,7 @@ const MAX_INCOMING_LINE: usize = 1 << 30;
 pub struct ClientOptions {
     /// Sent as `clientName` in `initialize`.
     pub client_name: String,
-    /// Deadline of the handshake.
+    /// Deadline of the handshake (default 10 s).
     pub handshake_timeout: Duration,
     /// Sent as `Authorization: Bearer TOKEN` by [`Client::connect_ws`].
     pub bearer_token: Option<String>,
@@ -57,7 +57,8 @@ impl Default for ClientOptions {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), exec_server::Error> {
-/// use exec_server::{Client, Config, StartParams};
+/// use exec_server::server::Config;
+/// use exec_server::{Client, StartParams};
 ///
 /// let client = Client::in_process(Config::default()).await?;
 /// let mut process = client.start(StartParams::new("hello", ["echo", "hi"], "/tmp")).await?;

@@ -8,14 +8,14 @@ use std::io;
 
 /// Forks the watcher that kills every child session if this process dies, even
 /// by SIGKILL. Call it first thing in `main`, while the process has one thread.
-pub fn start_watcher() -> io::Result<()> {
+pub(crate) fn start_watcher() -> io::Result<()> {
     crate::process::start_watcher()
 }
 
 /// Makes this process a child subreaper: descendants orphaned by their parent
 /// (a daemon that double-forked, a `setsid` escapee) become our children, so
 /// they can be reaped and are still below us when the server ends.
-pub fn become_subreaper() -> io::Result<()> {
+pub(crate) fn become_subreaper() -> io::Result<()> {
     // SAFETY: prctl with an integer argument has no memory-safety preconditions.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) } == -1 {
         return Err(io::Error::last_os_error());
@@ -25,7 +25,7 @@ pub fn become_subreaper() -> io::Result<()> {
 
 /// Reaps adopted orphans on every SIGCHLD, forever (abort the task to stop).
 /// Children that a connection started are left to that connection.
-pub async fn reap_orphans() -> io::Result<()> {
+pub(crate) async fn reap_orphans() -> io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut sigchld = signal(SignalKind::child())?;
     loop {
@@ -37,6 +37,6 @@ pub async fn reap_orphans() -> io::Result<()> {
 }
 
 /// SIGKILLs every process still below this one; returns how many were signalled.
-pub fn kill_descendants() -> usize {
+pub(crate) fn kill_descendants() -> usize {
     crate::process::kill_descendants()
 }

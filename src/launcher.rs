@@ -15,7 +15,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWrite, BufReader};
 use tokio::process::{Child, ChildStdin};
 use tokio::task::JoinHandle;
 
-pub use self::ssh::{SelfInstall, SshCommand};
+use self::ssh::SelfInstall;
+pub use self::ssh::SshCommand;
 use crate::client::{lock, Client, ClientOptions};
 use crate::error::Error;
 
@@ -34,7 +35,7 @@ pub struct LaunchCommand {
     /// Working directory (default: inherited).
     pub cwd: Option<PathBuf>,
     /// Install the server first when the remote lacks it (set by [`SshCommand::install_if_missing`]).
-    pub self_install: Option<SelfInstall>,
+    pub(crate) self_install: Option<SelfInstall>,
 }
 
 impl LaunchCommand {

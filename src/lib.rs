@@ -1,62 +1,67 @@
-//! exec-server: a subprocess and filesystem sidecar speaking newline-delimited JSON-RPC.
+//! Run commands and work on files on this machine or another one, through an
+//! `exec-server` sidecar: the server speaks the `exec-server.v0` JSON-RPC
+//! protocol over stdio (locally, or through `ssh host exec-server`) or
+//! WebSocket, and this crate is both the server and its Rust client.
 //!
-//! A parent program spawns `exec-server` and talks to it over stdin/stdout using
-//! the `exec-server.v0` protocol (see `PROTOCOL.md` in the repository): it starts
-//! processes under pipes or a pseudo-terminal, streams and reads back their
-//! output, writes their input, signals them, and works on files.
+//! Start with [`Launcher`]: it starts a server, performs the handshake and owns
+//! the server's lifetime (everything the server started dies with it).
 //!
-//! # Layout
+//! ```no_run
+//! use exec_server::{LaunchCommand, Launcher, StartParams};
 //!
-//! - `protocol`: wire types (envelope, one marker type per method); no IO.
-//! - `transport`: newline framing; the reader task owns the input, the writer task the output.
-//! - `server`: [`server::run`], the loop that owns a connection's state; `server::dispatch` maps methods to handlers.
-//! - `process`: the process table; `process::{spawn, pumps, entry, output, signal}` start,
-//!   pump, number and retain, and signal processes.
-//! - `fs`: one function per fs/* method, with `--root` confinement and error mapping.
-//! - `client`: [`Client`] (typed calls, routing), [`Process`] handles, raw [`EventStream`]s.
-//! - `launcher`: [`Launcher`] spawns a server command and owns its lifetime.
-//! - `listen`: [`listen`], the WebSocket server: one `server` loop per connection.
-//! - `filesystem`, `executor`: the [`FileSystem`] and [`Executor`] traits, local and remote.
-//! - `error`: [`Error`], the client side's error.
-//! - `stdio`: [`Stdio`], the binary's stdin/stdout (reactor-driven when they are pipes).
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), exec_server::Error> {
+//! let launcher = Launcher::spawn(LaunchCommand::exec_server()).await?;
+//! let params = StartParams::new("hello", ["sh", "-c", "echo hello; exit 3"], "/tmp");
+//! let mut process = launcher.client().start(params).await?;
+//! let (output, status) = process.output_to_end().await?;
+//! assert_eq!((output.as_slice(), status.code), (&b"hello\n"[..], 3));
+//! # Ok(())
+//! # }
+//! ```
 //!
-//! # Rules the code keeps
+//! - [`Client`]: typed calls over any connection ([`Client::connect`],
+//!   [`Client::connect_ws`], [`Client::in_process`]); [`Process`] handles stream
+//!   a process's output in order; [`EventStream`] yields every [`Event`].
+//! - [`LaunchCommand::ssh`] reaches another machine over OpenSSH;
+//!   [`Launcher::spawn_listening`] starts a WebSocket server and connects to it.
+//! - [`FileSystem`] and [`Executor`]: one interface, here ([`LocalFileSystem`],
+//!   [`LocalExecutor`]) or through a server ([`RemoteFileSystem`], [`RemoteExecutor`]).
+//! - [`protocol`]: the wire types, for writing another client or server.
+//! - [`server`]: the server itself ([`server::run`] over any byte stream,
+//!   [`server::listen`] over WebSocket), for embedding it.
 //!
-//! - Only the writer task writes to the output; logs go to stderr through `tracing`.
-//! - One loop owns the process table; process tasks talk to it through a bounded channel.
-//! - Every spawned task has an owner: a process's tasks live in its `JoinSet`.
-//! - Children run in their own session; the server signals whole process groups and
-//!   reaps every child itself, keeping the leader a zombie until it is forgotten so its
-//!   group id cannot be reused under it.
-//! - Nothing on the input can panic the server: every failure is an error reply.
+//! How the crate is built inside, and the rules it keeps, are in
+//! `ARCHITECTURE.md` in the repository.
 
 #![warn(missing_docs)]
 
+mod cli;
 mod client;
 mod error;
 mod executor;
 mod filesystem;
 mod fs;
-#[doc(hidden)]
-pub mod host;
+mod host;
 mod launcher;
 mod listen;
 mod process;
-mod protocol;
+pub mod protocol;
 pub mod server;
 mod stdio;
 mod transport;
 
 pub use crate::client::{
     Client, ClientOptions, Event, EventStream, ExitStatus, OutputChunk, Process,
-    DEFAULT_HANDSHAKE_TIMEOUT,
 };
 pub use crate::error::Error;
 pub use crate::executor::{Executor, LocalExecutor, RemoteExecutor};
 pub use crate::filesystem::{FileSystem, LocalFileSystem, RemoteFileSystem};
-pub use crate::fs::READ_LIMIT;
-pub use crate::launcher::{LaunchCommand, Launcher, SelfInstall, Shutdown, SshCommand};
-pub use crate::listen::{listen, ListenOptions, PING_INTERVAL};
-pub use crate::protocol::*;
-pub use crate::server::{Config, OnEof};
-pub use crate::stdio::{FlagsGuard, Stdio};
+pub use crate::launcher::{LaunchCommand, Launcher, Shutdown, SshCommand};
+pub use crate::protocol::{StartParams, TtySize};
+
+/// The `exec-server` binary's `main`: flags, logging, signals, and the server.
+#[doc(hidden)]
+pub fn run_binary() -> std::process::ExitCode {
+    cli::main()
+}

@@ -1,5 +1,6 @@
 //! Wire envelope of exec-server.v0: ids, messages, error objects and byte payloads (no IO).
 
+mod build;
 mod methods;
 
 use std::fmt;
@@ -9,6 +10,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 pub use methods::*;
+
+pub use crate::fs::READ_LIMIT;
 
 /// The protocol version this server speaks (`initialize` result).
 pub const PROTOCOL_VERSION: &str = "exec-server.v0";

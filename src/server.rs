@@ -4,13 +4,15 @@
 //! room in the writer's queue, timers and the shutdown signal, and never awaits
 //! anything another party can hold up: fs calls run on blocking threads
 //! (`fs_calls`), `/proc` sweeps are blocking tasks of the table, and replies
-//! wait in a bounded [`Outbox`] instead of in a `send().await`. While the
+//! wait in a bounded `Outbox` instead of in a `send().await`. While the
 //! outbox is full the loop stops taking input and process events, which is what
 //! pushes back on a client that does not read, down to the children's pipes.
 
 mod dispatch;
 mod fs_calls;
 mod outbox;
+
+pub use crate::listen::{listen, ListenOptions, PING_INTERVAL};
 
 use std::future::Future;
 use std::io;

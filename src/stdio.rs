@@ -13,23 +13,23 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::unix::pipe;
 
 /// The server's ends of stdin and stdout.
-pub struct Stdio {
+pub(crate) struct Stdio {
     /// Reads the input.
-    pub reader: Box<dyn AsyncRead + Send + Unpin>,
+    pub(crate) reader: Box<dyn AsyncRead + Send + Unpin>,
     /// Writes the output.
-    pub writer: Box<dyn AsyncWrite + Send + Unpin>,
+    pub(crate) writer: Box<dyn AsyncWrite + Send + Unpin>,
     /// Restores the descriptors' flags when dropped: keep it until the server is done.
-    pub guard: FlagsGuard,
+    pub(crate) guard: FlagsGuard,
 }
 
 /// Puts back the flags of stdin and stdout that [`Stdio::open`] changed.
-pub struct FlagsGuard {
+pub(crate) struct FlagsGuard {
     restore: Vec<(libc::c_int, libc::c_int)>,
 }
 
 impl Stdio {
     /// Opens stdin and stdout; must be called inside a tokio runtime.
-    pub fn open() -> Stdio {
+    pub(crate) fn open() -> Stdio {
         let mut restore = Vec::new();
         let reader: Box<dyn AsyncRead + Send + Unpin> = match pipe_end(
             libc::STDIN_FILENO,

@@ -40,7 +40,8 @@ pub struct ExitStatus {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), exec_server::Error> {
-/// use exec_server::{Client, Config, StartParams};
+/// use exec_server::server::Config;
+/// use exec_server::{Client, StartParams};
 ///
 /// let client = Client::in_process(Config::default()).await?;
 /// let mut cat = client.start(StartParams::new("cat", ["cat"], "/tmp").with_stdin()).await?;

@@ -41,9 +41,9 @@ pub struct SshCommand {
 
 /// How to install the server on a remote that lacks it (see [`SshCommand::install_if_missing`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SelfInstall {
+pub(crate) struct SelfInstall {
     /// The local binary streamed to the remote.
-    pub binary: PathBuf,
+    pub(crate) binary: PathBuf,
 }
 
 impl SshCommand {

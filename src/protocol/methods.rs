@@ -119,6 +119,7 @@ pub struct Empty {}
 /// `initialize` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct InitializeParams {
     /// Free-form client name, logged by the server.
     pub client_name: String,
@@ -127,6 +128,7 @@ pub struct InitializeParams {
 /// `initialize` result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct InitializeResult {
     /// Always `exec-server.v0`.
     pub protocol_version: String,
@@ -140,6 +142,7 @@ pub struct InitializeResult {
 
 /// `serverInfo` of the `initialize` result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ServerInfo {
     /// `exec-server`.
     pub name: String,
@@ -149,6 +152,7 @@ pub struct ServerInfo {
 
 /// `capabilities` of the `initialize` result.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Capabilities {
     /// Request methods the server answers.
     pub methods: Vec<String>,
@@ -217,6 +221,7 @@ impl Default for TtySize {
 /// `process/start` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct StartParams {
     /// Client-chosen handle, unique on the connection.
     pub process_id: String,
@@ -247,6 +252,7 @@ pub struct StartParams {
 /// `process/start` result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct StartResult {
     /// The id the client chose.
     pub process_id: String,
@@ -255,6 +261,7 @@ pub struct StartResult {
 /// `process/read` params.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ReadParams {
     /// The process.
     pub process_id: String,
@@ -271,6 +278,7 @@ pub struct ReadParams {
 
 /// One retained output chunk.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Chunk {
     /// Per-process sequence number, from 1.
     pub seq: u64,
@@ -283,6 +291,7 @@ pub struct Chunk {
 /// `process/read` result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ReadResult {
     /// Chunks after `afterSeq`, in order.
     pub chunks: Vec<Chunk>,
@@ -300,6 +309,7 @@ pub struct ReadResult {
 /// `process/write` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct WriteParams {
     /// The process.
     pub process_id: String,
@@ -312,6 +322,7 @@ pub struct WriteParams {
 
 /// `process/write` result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct WriteResult {
     /// Always true: the chunk was queued in order.
     pub accepted: bool,
@@ -320,6 +331,7 @@ pub struct WriteResult {
 /// `process/terminate` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct TerminateParams {
     /// The process.
     pub process_id: String,
@@ -330,6 +342,7 @@ pub struct TerminateParams {
 
 /// Result of `process/terminate` and `process/signal`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct RunningResult {
     /// The process was running when the signal was sent.
     pub running: bool,
@@ -338,6 +351,7 @@ pub struct RunningResult {
 /// `process/signal` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct SignalParams {
     /// The process.
     pub process_id: String,
@@ -348,6 +362,7 @@ pub struct SignalParams {
 /// `process/resize` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ResizeParams {
     /// The process.
     pub process_id: String,
@@ -359,6 +374,7 @@ pub struct ResizeParams {
 
 /// `process/list` result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ListResult {
     /// Every process the connection knows, ordered by id.
     pub processes: Vec<ProcessInfo>,
@@ -367,6 +383,7 @@ pub struct ListResult {
 /// One entry of `process/list`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ProcessInfo {
     /// The client's id.
     pub process_id: String,
@@ -387,6 +404,7 @@ pub struct ProcessInfo {
 /// `process/output` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct OutputParams {
     /// The process.
     pub process_id: String,
@@ -402,6 +420,7 @@ pub struct OutputParams {
 /// `process/exited` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ExitedParams {
     /// The process.
     pub process_id: String,
@@ -418,6 +437,7 @@ pub struct ExitedParams {
 /// `process/closed` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ClosedParams {
     /// The process.
     pub process_id: String,
@@ -428,6 +448,7 @@ pub struct ClosedParams {
 /// Params of fs/getMetadata and fs/readDirectory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct PathParams {
     /// Absolute path (or `pathBase64`, its raw bytes, for a name that is not UTF-8).
     #[serde(flatten, with = "crate::fs::names::path")]
@@ -440,6 +461,7 @@ pub struct PathParams {
 /// `fs/readFile` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ReadFileParams {
     /// Absolute path (or `pathBase64`, its raw bytes, for a name that is not UTF-8).
     #[serde(flatten, with = "crate::fs::names::path")]
@@ -458,6 +480,7 @@ pub struct ReadFileParams {
 /// `fs/readFile` result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ReadFileResult {
     /// The bytes read.
     pub data_base64: Base64,
@@ -466,6 +489,7 @@ pub struct ReadFileResult {
 /// `fs/writeFile` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct WriteFileParams {
     /// Absolute path (or `pathBase64`, its raw bytes, for a name that is not UTF-8).
     #[serde(flatten, with = "crate::fs::names::path")]
@@ -482,6 +506,7 @@ pub struct WriteFileParams {
 
 /// `fs/createDirectory` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct CreateDirectoryParams {
     /// Absolute path (or `pathBase64`, its raw bytes, for a name that is not UTF-8).
     #[serde(flatten, with = "crate::fs::names::path")]
@@ -494,6 +519,7 @@ pub struct CreateDirectoryParams {
 /// `fs/getMetadata` result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct Metadata {
     /// A directory (after following symlinks).
     pub is_directory: bool,
@@ -516,6 +542,7 @@ pub struct Metadata {
 
 /// `fs/readDirectory` result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ReadDirectoryResult {
     /// Entries sorted by name.
     pub entries: Vec<DirectoryEntry>,
@@ -524,6 +551,7 @@ pub struct ReadDirectoryResult {
 /// One entry of `fs/readDirectory`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct DirectoryEntry {
     /// The entry's name.
     pub file_name: String,
@@ -539,6 +567,7 @@ pub struct DirectoryEntry {
 /// `fs/remove` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct RemoveParams {
     /// Absolute path (or `pathBase64`, its raw bytes, for a name that is not UTF-8).
     #[serde(flatten, with = "crate::fs::names::path")]
@@ -557,6 +586,7 @@ pub struct RemoveParams {
 /// `fs/copy` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct CopyParams {
     /// What to copy. (Or `sourcePathBase64`, its raw bytes.)
     #[serde(flatten, with = "crate::fs::names::source_path")]
@@ -572,6 +602,7 @@ pub struct CopyParams {
 /// `fs/rename` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct RenameParams {
     /// What to rename. (Or `sourcePathBase64`, its raw bytes.)
     #[serde(flatten, with = "crate::fs::names::source_path")]

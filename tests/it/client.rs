@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use exec_server::protocol::*;
+use exec_server::server::Config;
 use exec_server::*;
 use serde_json::{json, Value};
 use tokio::io::{
@@ -89,27 +91,23 @@ async fn raw_calls_and_typed_errors() {
     let started = client.start(params("x", &["sleep", "30"])).await.unwrap();
     let duplicate = client.start(params("x", &["true"])).await.unwrap_err();
     assert_eq!(duplicate.rpc().unwrap().message, "process x already exists");
-    let read = client
-        .read(ReadParams { process_id: "x".into(), wait_ms: Some(10), ..ReadParams::default() })
-        .await
-        .unwrap();
+    let read = client.read(ReadParams::new("x").wait_ms(10)).await.unwrap();
     assert_eq!((read.chunks.len(), read.next_seq, read.exited), (0, 1, false));
-    let write =
-        WriteParams { process_id: "x".into(), chunk: Base64(b"x".to_vec()), close_stdin: false };
+    let write = WriteParams::new("x", b"x".to_vec());
     assert_eq!(
         client.write(write).await.unwrap_err().rpc().unwrap().message,
         "stdin is closed for process x"
     );
-    let resize = ResizeParams { process_id: "x".into(), rows: 1, cols: 1 };
+    let resize = ResizeParams::new("x", 1, 1);
     assert_eq!(
         client.resize(resize).await.unwrap_err().rpc().unwrap().message,
         "process x is not a tty"
     );
-    let signal = SignalParams { process_id: "x".into(), signal: "SIGKILL".into() };
-    assert_eq!(client.signal(signal).await.unwrap(), RunningResult { running: true });
+    let signal = SignalParams::new("x", "SIGKILL");
+    assert!(client.signal(signal).await.unwrap().running);
     drop(started);
-    let terminate = TerminateParams { process_id: "ghost".into(), grace_ms: None };
-    assert_eq!(client.terminate(terminate).await.unwrap(), RunningResult { running: false });
+    let terminate = TerminateParams::new("ghost");
+    assert!(!client.terminate(terminate).await.unwrap().running);
 }
 
 #[tokio::test]
@@ -117,69 +115,33 @@ async fn fs_methods_and_not_found_errors() {
     let dir = scratch("client-fs");
     let client = Client::in_process(Config::default()).await.unwrap();
     let file = dir.join("d/f");
-    let mkdir = CreateDirectoryParams { path: dir.join("d"), recursive: None };
+    let mkdir = CreateDirectoryParams::new(dir.join("d"));
     client.create_directory(mkdir).await.unwrap();
-    let write = WriteFileParams {
-        path: file.clone(),
-        data_base64: b64(b"hello"),
-        append: false,
-        follow_symlinks: None,
-    };
+    let write = WriteFileParams::new(file.clone(), b"hello");
     client.write_file(write).await.unwrap();
-    let read = client
-        .read_file(ReadFileParams {
-            path: file.clone(),
-            offset: Some(1),
-            length: Some(3),
-            follow_symlinks: None,
-        })
-        .await
-        .unwrap();
+    let read = client.read_file(ReadFileParams::new(file.clone()).range(1, 3)).await.unwrap();
     assert_eq!(read.data_base64.0, b"ell");
-    assert_eq!(
-        client
-            .get_metadata(PathParams { path: file.clone(), follow_symlinks: None })
-            .await
-            .unwrap()
-            .size,
-        5
-    );
-    let listing = client
-        .read_directory(PathParams { path: dir.join("d"), follow_symlinks: None })
-        .await
-        .unwrap();
-    assert_eq!(
-        listing.entries,
-        vec![DirectoryEntry {
-            file_name: "f".into(),
-            is_directory: false,
-            is_file: true,
-            file_name_base64: None,
-        }]
-    );
-    let copy =
-        CopyParams { source_path: file.clone(), destination_path: dir.join("g"), recursive: false };
+    assert_eq!(client.get_metadata(PathParams::new(file.clone())).await.unwrap().size, 5);
+    let listing = client.read_directory(PathParams::new(dir.join("d"))).await.unwrap();
+    let listed: Vec<_> = listing
+        .entries
+        .iter()
+        .map(|e| (e.file_name.as_str(), e.is_directory, e.is_file, e.file_name_base64.is_none()))
+        .collect();
+    assert_eq!(listed, [("f", false, true, true)]);
+    let copy = CopyParams::new(file.clone(), dir.join("g"), false);
     client.copy(copy).await.unwrap();
-    let rename = RenameParams { source_path: dir.join("g"), destination_path: dir.join("h") };
+    let rename = RenameParams::new(dir.join("g"), dir.join("h"));
     client.rename(rename).await.unwrap();
     client
-        .remove(RemoveParams {
-            path: dir.join("h"),
-            recursive: None,
-            force: Some(false),
-            follow_symlinks: None,
+        .remove({
+            let mut remove = RemoveParams::new(dir.join("h"));
+            remove.force = Some(false);
+            remove
         })
         .await
         .unwrap();
-    let missing = client
-        .read_file(ReadFileParams {
-            path: dir.join("h"),
-            offset: None,
-            length: None,
-            follow_symlinks: None,
-        })
-        .await
-        .unwrap_err();
+    let missing = client.read_file(ReadFileParams::new(dir.join("h"))).await.unwrap_err();
     assert!(missing.is_not_found(), "{missing}");
     assert_eq!(
         missing.rpc().unwrap().data,
@@ -192,7 +154,7 @@ async fn a_path_json_cannot_carry_travels_as_base64() {
     use std::os::unix::ffi::OsStrExt;
     let client = Client::in_process(Config::default()).await.unwrap();
     let path = PathBuf::from(std::ffi::OsStr::from_bytes(b"/tmp/not-utf8-\xff"));
-    let error = client.get_metadata(PathParams { path, follow_symlinks: None }).await.unwrap_err();
+    let error = client.get_metadata(PathParams::new(path)).await.unwrap_err();
     assert_eq!(
         error.rpc().unwrap().data,
         Some(json!({"kind": "notFound", "path": "/tmp/not-utf8-\u{fffd}"}))
@@ -341,20 +303,12 @@ async fn fake_server_out_of_order_responses_unknown_notifications_and_malformed_
     let (client, mut fake) = Fake::connect().await;
     let first = tokio::spawn({
         let client = client.clone();
-        async move {
-            client
-                .get_metadata(PathParams { path: PathBuf::from("/a"), follow_symlinks: None })
-                .await
-        }
+        async move { client.get_metadata(PathParams::new("/a")).await }
     });
     let a = fake.request().await;
     let second = tokio::spawn({
         let client = client.clone();
-        async move {
-            client
-                .get_metadata(PathParams { path: PathBuf::from("/b"), follow_symlinks: None })
-                .await
-        }
+        async move { client.get_metadata(PathParams::new("/b")).await }
     });
     let b = fake.request().await;
     let meta = |size: u64| json!({"isDirectory": false, "isFile": true, "createdAtMs": 0, "modifiedAtMs": 0, "size": size});

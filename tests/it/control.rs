@@ -1,6 +1,6 @@
 //! Part B process control: piped stdin, signals, graceful terminate, limits.
 
-use exec_server::Config;
+use exec_server::server::Config;
 use serde_json::json;
 
 use crate::support::{b64, start_params, within, Harness};

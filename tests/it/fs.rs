@@ -2,7 +2,7 @@
 
 use std::os::unix::fs::symlink;
 
-use exec_server::Config;
+use exec_server::server::Config;
 use serde_json::{json, Value};
 
 use crate::support::{b64, scratch, unb64, Harness};

@@ -3,7 +3,7 @@
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use exec_server::Config;
+use exec_server::server::Config;
 use serde_json::{json, Value};
 
 use crate::support::{b64, scratch, snapshot, start_params, Harness};

@@ -19,7 +19,7 @@ async fn start_tree(launcher: &Launcher) -> (u32, u32) {
     let mut process = launcher.client().start(params).await.unwrap();
     let chunk = within("the sleep's pid", process.next_output()).await.unwrap().unwrap();
     let sleep = String::from_utf8(chunk.bytes).unwrap().trim().parse().unwrap();
-    let list = launcher.client().list(exec_server::Empty {}).await.unwrap();
+    let list = launcher.client().list(exec_server::protocol::Empty {}).await.unwrap();
     (list.processes[0].pid, sleep)
 }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use exec_server::Config;
+use exec_server::server::Config;
 use serde_json::{json, Value};
 
 use crate::support::{b64, start_params, unb64, wait_dead, Harness};

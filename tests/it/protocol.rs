@@ -1,6 +1,6 @@
 //! Lifecycle, envelope and error replies (Part A.1, A.2) over duplex pipes.
 
-use exec_server::Config;
+use exec_server::server::Config;
 use serde_json::json;
 
 use crate::support::Harness;
@@ -297,7 +297,7 @@ fn replies_expected(line: &[u8]) -> usize {
     let Ok(serde_json::Value::Object(object)) = serde_json::from_slice(line) else { return 1 };
     let method = object.get("method").and_then(serde_json::Value::as_str);
     match (object.contains_key("id"), method) {
-        (false, Some(method)) if !exec_server::METHODS.contains(&method) => 0,
+        (false, Some(method)) if !exec_server::protocol::METHODS.contains(&method) => 0,
         (true, None) if object.contains_key("result") ^ object.contains_key("error") => 0,
         _ => 1,
     }

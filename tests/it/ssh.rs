@@ -185,6 +185,12 @@ async fn a_remote_without_exec_server_gets_this_binary_installed() {
     // A second launch finds the installed copy and sends nothing.
     let modified = std::fs::metadata(&installed).unwrap().modified().unwrap();
     let again = within("a launch of the installed copy", Launcher::spawn(command())).await.unwrap();
-    assert!(again.client().list(exec_server::Empty {}).await.unwrap().processes.is_empty());
+    assert!(again
+        .client()
+        .list(exec_server::protocol::Empty {})
+        .await
+        .unwrap()
+        .processes
+        .is_empty());
     assert_eq!(std::fs::metadata(&installed).unwrap().modified().unwrap(), modified);
 }

@@ -109,7 +109,7 @@ async fn upgrade_status(url: &str, extra_headers: &str) -> String {
 }
 
 async fn pid_of(client: &Client, id: &str) -> u32 {
-    let list = client.list(exec_server::Empty {}).await.unwrap();
+    let list = client.list(exec_server::protocol::Empty {}).await.unwrap();
     list.processes.iter().find(|p| p.process_id == id).unwrap().pid
 }
 
@@ -216,5 +216,5 @@ async fn off_loopback_needs_a_token_and_checks_it() {
     let options =
         ClientOptions { bearer_token: Some("s3cret-token".into()), ..ClientOptions::default() };
     let client = Client::connect_ws(&url, options).await.unwrap();
-    assert!(client.list(exec_server::Empty {}).await.unwrap().processes.is_empty());
+    assert!(client.list(exec_server::protocol::Empty {}).await.unwrap().processes.is_empty());
 }

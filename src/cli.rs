@@ -1,0 +1,236 @@
+//! The `exec-server` binary: flags, logging to stderr, signals, the watcher, and the stdio or WebSocket server.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::host;
+use crate::server::{self, Config, ListenOptions, OnEof};
+use crate::server::{DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_PROCESSES};
+use crate::stdio::Stdio;
+use clap::{Parser, ValueEnum};
+use tracing_subscriber::EnvFilter;
+
+/// A subprocess and filesystem sidecar speaking exec-server.v0 (newline-delimited JSON-RPC) on stdin/stdout.
+#[derive(Debug, Parser)]
+#[command(name = "exec-server", version)]
+struct Cli {
+    /// Longest accepted input line in bytes; longer lines get an error (id -1) and are discarded.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
+    max_message_bytes: usize,
+    /// Live processes allowed per connection.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_PROCESSES)]
+    max_processes: usize,
+    /// Confine fs paths and process cwds to this directory (repeatable). Not a sandbox.
+    #[arg(long = "root", value_name = "DIR")]
+    roots: Vec<PathBuf>,
+    /// On stdin EOF: kill every process (kill), or let them finish and deliver their output (wait).
+    #[arg(long, value_enum, default_value_t = EofMode::Kill)]
+    on_eof: EofMode,
+    /// Log filter for stderr (for example debug, or exec_server=trace); overrides RUST_LOG.
+    #[arg(long, value_name = "FILTER")]
+    log_level: Option<String>,
+    /// Serve WebSocket connections on ws://IP:PORT instead of stdio (port 0: any free port).
+    #[arg(long, value_name = "URL")]
+    listen: Option<String>,
+    /// File holding the bearer token WebSocket clients must send (required off loopback).
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum EofMode {
+    Kill,
+    Wait,
+}
+
+/// Runs the `exec-server` command line (the binary's `main`).
+pub(crate) fn main() -> ExitCode {
+    limit_heap_growth();
+    let cli = Cli::parse();
+    // Before any thread exists: the watcher is forked from this process.
+    let watcher = host::start_watcher();
+    let filter = match &cli.log_level {
+        Some(level) => EnvFilter::try_new(level),
+        None => EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new("warn")),
+    };
+    let filter = match filter {
+        Ok(filter) => filter,
+        Err(error) => {
+            eprintln!("exec-server: invalid log filter: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .init();
+    if let Err(error) = watcher {
+        tracing::warn!(%error, "cannot start the watcher; children may outlive a SIGKILLed server");
+    }
+    if let Err(error) = host::become_subreaper() {
+        tracing::warn!(%error, "cannot become a child subreaper");
+    }
+    let config = Config {
+        max_message_bytes: cli.max_message_bytes,
+        max_processes: cli.max_processes,
+        roots: cli.roots,
+        on_eof: match cli.on_eof {
+            EofMode::Kill => OnEof::Kill,
+            EofMode::Wait => OnEof::Wait,
+        },
+        ..Config::default()
+    };
+    let listen = match &cli.listen {
+        None => None,
+        Some(url) => match listen_address(url, cli.token_file.as_deref()) {
+            Ok(listen) => Some(listen),
+            Err(message) => {
+                eprintln!("exec-server: {message}");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        // fs calls (at most FS_IN_FLIGHT at once), /proc sweeps and stdio that is
+        // not a pipe: the thread count stays small and fixed.
+        .max_blocking_threads(8)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("exec-server: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let shutdown = shutdown_signal()?;
+        let reaper = tokio::spawn(host::reap_orphans());
+        let result = match listen {
+            Some((address, token)) => serve_websocket(address, token, config, shutdown).await,
+            None => {
+                let Stdio { reader, writer, guard } = Stdio::open();
+                let result = server::run_until(reader, writer, config, shutdown).await;
+                drop(guard);
+                result
+            }
+        };
+        // Whatever escaped its session (setsid) but is still below us goes too.
+        let leftovers = host::kill_descendants();
+        if leftovers > 0 {
+            tracing::debug!(leftovers, "killed descendants that had left their sessions");
+        }
+        reaper.abort();
+        result
+    });
+    // stdin's reader thread may still be blocked in read(2); do not wait for it.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("exec-server: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Parses `ws://IP:PORT` and reads the token file; a non-loopback address needs a token.
+fn listen_address(
+    url: &str,
+    token_file: Option<&std::path::Path>,
+) -> Result<(SocketAddr, Option<String>), String> {
+    let address = url
+        .strip_prefix("ws://")
+        .map(|rest| rest.trim_end_matches('/'))
+        .and_then(|rest| rest.parse::<SocketAddr>().ok())
+        .ok_or_else(|| {
+            format!("--listen {url}: expected ws://IP:PORT, such as ws://127.0.0.1:0")
+        })?;
+    let token = match token_file {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--token-file {}: {e}", path.display()))?;
+            let token = text.trim().to_owned();
+            if token.is_empty() {
+                return Err(format!("--token-file {}: the file is empty", path.display()));
+            }
+            Some(token)
+        }
+    };
+    if !address.ip().is_loopback() && token.is_none() {
+        return Err(format!(
+            "--listen {url}: a non-loopback address needs --token-file (clients then send Authorization: Bearer TOKEN)"
+        ));
+    }
+    Ok((address, token))
+}
+
+/// Binds, announces the URL (stdout, and the first line on stderr), and serves until `shutdown`.
+async fn serve_websocket(
+    address: SocketAddr,
+    token: Option<String>,
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {address}: {e}")))?;
+    let url = format!("ws://{}", listener.local_addr()?);
+    eprintln!("exec-server listening on {url}");
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{url}")?;
+    stdout.flush()?;
+    drop(stdout);
+    server::listen(listener, ListenOptions { config, token }, shutdown).await
+}
+
+/// Serves allocations of 1 MiB and more (message lines, file data) from their own
+/// mappings, returned to the system when freed. glibc otherwise raises this
+/// threshold after the first large free and keeps later large buffers on the heap,
+/// where a few 8 MiB messages leave the process tens of MiB larger.
+fn limit_heap_growth() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator tuning; called before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
+}
+
+/// Completes on the first SIGTERM, SIGINT, SIGHUP (the hangup of `ssh -tt`)
+/// or SIGQUIT. SIGUSR1 and SIGUSR2 are logged and otherwise ignored (a handler,
+/// not SIG_IGN, so children do not inherit "ignored"); Rust already ignores SIGPIPE.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut quit = signal(SignalKind::quit())?;
+    let mut usr1 = signal(SignalKind::user_defined1())?;
+    let mut usr2 = signal(SignalKind::user_defined2())?;
+    Ok(async move {
+        loop {
+            let name = tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+                _ = hup.recv() => "SIGHUP",
+                _ = quit.recv() => "SIGQUIT",
+                _ = usr1.recv() => {
+                    tracing::info!("ignoring SIGUSR1");
+                    continue;
+                }
+                _ = usr2.recv() => {
+                    tracing::info!("ignoring SIGUSR2");
+                    continue;
+                }
+            };
+            tracing::info!(signal = name, "shutting down");
+            return;
+        }
+    })
+}
