@@ -117,7 +117,7 @@ impl ProcessTable {
                 params.process_id
             )));
         }
-        let live = self.entries.values().filter(|e| e.exit.is_none()).count();
+        let live = self.entries.values().filter(|e| e.is_running()).count();
         if live >= self.limits.max_processes {
             return Err(ErrorObject::invalid_request(format!(
                 "too many processes: the limit is {} live processes per connection",
@@ -153,7 +153,7 @@ impl ProcessTable {
         let after = params.after_seq.unwrap_or(0);
         let wait = params.wait_ms.map(Duration::from_millis).filter(|w| !w.is_zero());
         match wait {
-            Some(wait) if !entry.output.has_after(after) && !entry.exit_reported => {
+            Some(wait) if !entry.output.has_after(after) && !entry.exit_reported() => {
                 if self.parked.len() >= MAX_PARKED {
                     return Err(ErrorObject::invalid_request(format!(
                         "too many waiting reads: the limit is {MAX_PARKED} per connection; answer some before parking more"
@@ -184,7 +184,7 @@ impl ProcessTable {
         let closed = || ErrorObject::invalid_request(format!("stdin is closed for process {id}"));
         // A terminal whose every holder is gone takes no input: refuse rather
         // than accept bytes that nobody can read.
-        if entry.tty && entry.open_streams == 0 {
+        if entry.tty && !entry.streams_open() {
             entry.stdin = None;
         }
         let stdin = entry.stdin.as_ref().ok_or_else(closed)?;
@@ -212,7 +212,7 @@ impl ProcessTable {
         let Some(entry) = self.entries.get(&params.process_id) else {
             return RunningResult { running: false };
         };
-        if entry.exit.is_some() {
+        if !entry.is_running() {
             // Descendants left in the session go too; the answer stays false.
             let session = entry.signal_tree(&[Signal::KILL]);
             self.sweep(vec![session], &[Signal::KILL]);
@@ -238,7 +238,7 @@ impl ProcessTable {
     pub(crate) fn signal(&mut self, params: SignalParams) -> Result<RunningResult, ErrorObject> {
         let signal = Signal::parse(&params.signal).map_err(ErrorObject::invalid_params)?;
         let entry = self.get(&params.process_id)?;
-        if entry.exit.is_some() {
+        if !entry.is_running() {
             return Ok(RunningResult { running: false });
         }
         entry.signal(signal);
@@ -281,7 +281,7 @@ impl ProcessTable {
                 self.wake(serial, out);
             }
             ProcEvent::StreamEnd { .. } => {
-                entry.open_streams = entry.open_streams.saturating_sub(1);
+                entry.stream_ended();
                 self.settle(&id, now, out);
             }
             ProcEvent::Exited { exit, .. } => {
@@ -290,10 +290,8 @@ impl ProcessTable {
                     signal::ExitInfo::exited(-1)
                 });
                 tracing::debug!(%id, code = exit.code, signal = ?exit.signal, "exited");
-                entry.exit = Some(exit);
-                entry.exited_at = Some(now);
-                entry.reap();
-                if entry.open_streams > 0 {
+                entry.exited(exit, now);
+                if entry.streams_open() {
                     self.timers.schedule(now + EXIT_DRAIN, Timer::ExitDrain(serial));
                 }
                 self.timers.schedule(now + self.limits.reservation, Timer::Forget(serial));
@@ -357,7 +355,7 @@ impl ProcessTable {
 
     /// No process is running or has undelivered notifications.
     pub(crate) fn is_settled(&self) -> bool {
-        self.entries.values().all(|e| e.exit_reported && e.closed_reported)
+        self.entries.values().all(Entry::is_settled)
     }
 
     /// Answers every parked read with what there is now.
@@ -395,24 +393,12 @@ impl ProcessTable {
     /// Sends `process/exited` and `process/closed` when due; forgets the entry when done.
     fn settle(&mut self, id: &str, now: Instant, out: &mut Vec<String>) {
         let Some(entry) = self.entries.get_mut(id) else { return };
-        let mut woke = false;
-        if let Some(exit) = entry.exit.clone() {
-            let drained = entry.exited_at.is_some_and(|at| now >= at + EXIT_DRAIN);
-            if !entry.exit_reported && (entry.open_streams == 0 || drained) {
-                out.push(entry.report_exit(&exit));
-                woke = true;
-            }
-        }
-        if entry.exit_reported && entry.open_streams == 0 && !entry.closed_reported {
-            out.push(entry.report_closed());
-        }
+        let settled = entry.settle(now, EXIT_DRAIN, self.limits.reservation, out);
         let serial = entry.serial;
-        let reserved_until = entry.exited_at.map(|at| at + self.limits.reservation);
-        let forget = entry.closed_reported && reserved_until.is_some_and(|until| now >= until);
-        if woke {
+        if settled.reported_exit {
             self.wake(serial, out);
         }
-        if forget {
+        if settled.forgettable {
             tracing::debug!(%id, "forgotten");
             self.ids.remove(&serial);
             if let Some(entry) = self.entries.remove(id) {
@@ -452,7 +438,7 @@ impl ProcessTable {
             .copied()
             .filter(|wait_id| {
                 self.parked.get(wait_id).is_some_and(|p| {
-                    entry.exit_reported || entry.output.has_after(p.params.after_seq.unwrap_or(0))
+                    entry.exit_reported() || entry.output.has_after(p.params.after_seq.unwrap_or(0))
                 })
             })
             .collect();

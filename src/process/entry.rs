@@ -1,8 +1,17 @@
-//! One process of the table: its handles, output log and lifecycle flags.
+//! One process of the table: its handles, output log and lifecycle.
+//!
+//! The lifecycle is one enum, [`Life`], moved forward only here:
+//! `Running` → `Exited` (exit seen, leader reaped) → `Reported` (`process/exited`
+//! sent) → `Closed` (`process/closed` sent) → forgotten by the table once the
+//! id's reservation has passed. Open streams are counted beside it: they may
+//! end before or after the exit.
+
+use std::time::Duration;
 
 use portable_pty::{MasterPty, PtySize};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use super::output::OutputLog;
 use super::pumps::{self, ProcEvent, StdinQueue};
@@ -21,6 +30,34 @@ pub(crate) enum ResizeError {
     Io(std::io::Error),
 }
 
+/// How a process ended, and when.
+struct Exit {
+    info: ExitInfo,
+    /// When the exit was observed; the id is reserved for a while after.
+    at: Instant,
+    /// When the leader was reaped, in `/proc` clock ticks; `None` if it could not be.
+    reaped_at: Option<u64>,
+}
+
+/// Where a process is in its life.
+enum Life {
+    Running,
+    /// Exited; `process/exited` not sent yet.
+    Exited(Exit),
+    /// `process/exited` sent, after the chunk with this seq.
+    Reported(Exit, u64),
+    /// `process/closed` sent too.
+    Closed(Exit, u64),
+}
+
+/// What [`Entry::settle`] did.
+pub(crate) struct Settled {
+    /// `process/exited` went out now: parked reads may be answerable.
+    pub(crate) reported_exit: bool,
+    /// Everything is sent and the reservation is over: the id may be forgotten.
+    pub(crate) forgettable: bool,
+}
+
 /// A started process. Dropping it kills its process group (if the leader is
 /// still unreaped) and aborts its tasks.
 pub(crate) struct Entry {
@@ -30,17 +67,8 @@ pub(crate) struct Entry {
     pub(crate) tty: bool,
     pub(crate) pid: u32,
     pub(crate) output: OutputLog,
-    /// Exit as observed; `None` while running.
-    pub(crate) exit: Option<ExitInfo>,
-    pub(crate) exit_reported: bool,
-    /// Seq of the last chunk sent before `process/exited`.
-    exit_seq: u64,
-    pub(crate) open_streams: u8,
-    pub(crate) closed_reported: bool,
-    /// When the exit was observed; the id is reserved for a while after.
-    pub(crate) exited_at: Option<tokio::time::Instant>,
-    /// When the leader was reaped, in `/proc` clock ticks; `None` while unreaped.
-    reaped_at: Option<u64>,
+    life: Life,
+    open_streams: u8,
     pub(crate) stdin: Option<StdinQueue>,
     master: Option<Box<dyn MasterPty + Send>>,
     tasks: JoinSet<()>,
@@ -86,13 +114,8 @@ impl Entry {
             tty: params.tty,
             pid,
             output: OutputLog::new(retained_bytes),
-            exit: None,
-            exit_reported: false,
-            exit_seq: 0,
+            life: Life::Running,
             open_streams: handles.open_streams,
-            closed_reported: false,
-            exited_at: None,
-            reaped_at: None,
             stdin: handles.stdin,
             master: handles.master,
             tasks,
@@ -110,7 +133,7 @@ impl Entry {
     /// its zombie holds the group id), and returns the session to sweep off the
     /// loop for the rest of the tree (`process/terminate`, shutdown).
     pub(crate) fn signal_tree(&self, signals: &[Signal]) -> Session {
-        if self.reaped_at.is_none() {
+        if self.reaped_at().is_none() {
             for &signal in signals {
                 self.signal(signal);
             }
@@ -120,14 +143,92 @@ impl Entry {
 
     /// This process's session, for a sweep.
     pub(crate) fn session(&self) -> Session {
-        Session { sid: self.pid, bound: self.reaped_at.unwrap_or_else(tree::boot_ticks) + 1 }
+        Session { sid: self.pid, bound: self.reaped_at().unwrap_or_else(tree::boot_ticks) + 1 }
     }
 
-    /// Reaps the leader after its exit was observed (never blocks).
-    pub(crate) fn reap(&mut self) {
-        if self.reaped_at.is_none() && spawn::reap(self.pid) {
-            self.reaped_at = Some(tree::boot_ticks());
+    /// The exit was observed: reap the leader (never blocks) and remember when.
+    pub(crate) fn exited(&mut self, info: ExitInfo, now: Instant) {
+        if !matches!(self.life, Life::Running) {
+            return;
+        }
+        let reaped_at = spawn::reap(self.pid).then(|| {
             registry::reaped(self.pid);
+            tree::boot_ticks()
+        });
+        self.life = Life::Exited(Exit { info, at: now, reaped_at });
+    }
+
+    /// One output stream reached end of file.
+    pub(crate) fn stream_ended(&mut self) {
+        self.open_streams = self.open_streams.saturating_sub(1);
+    }
+
+    /// Whether some output stream is still open.
+    pub(crate) fn streams_open(&self) -> bool {
+        self.open_streams > 0
+    }
+
+    pub(crate) fn is_running(&self) -> bool {
+        matches!(self.life, Life::Running)
+    }
+
+    /// Whether `process/exited` has been sent.
+    pub(crate) fn exit_reported(&self) -> bool {
+        matches!(self.life, Life::Reported(..) | Life::Closed(..))
+    }
+
+    /// Whether nothing more will be sent for this process.
+    pub(crate) fn is_settled(&self) -> bool {
+        matches!(self.life, Life::Closed(..))
+    }
+
+    /// Sends `process/exited` once the streams ended or `drain` has passed
+    /// since the exit, then `process/closed` once they ended; says whether the
+    /// id may be forgotten (everything sent, `reservation` passed since exit).
+    pub(crate) fn settle(
+        &mut self,
+        now: Instant,
+        drain: Duration,
+        reservation: Duration,
+        out: &mut Vec<String>,
+    ) -> Settled {
+        let mut reported_exit = false;
+        let life = std::mem::replace(&mut self.life, Life::Running);
+        self.life = match life {
+            Life::Exited(exit) if !self.streams_open() || now >= exit.at + drain => {
+                let seq = self.output.last_seq();
+                out.push(self.exited_line(&exit.info, seq));
+                reported_exit = true;
+                Life::Reported(exit, seq)
+            }
+            other => other,
+        };
+        let life = std::mem::replace(&mut self.life, Life::Running);
+        self.life = match life {
+            Life::Reported(exit, seq) if !self.streams_open() => {
+                out.push(self.closed_line());
+                Life::Closed(exit, seq)
+            }
+            other => other,
+        };
+        let forgettable =
+            matches!(&self.life, Life::Closed(exit, _) if now >= exit.at + reservation);
+        Settled { reported_exit, forgettable }
+    }
+
+    fn exit(&self) -> Option<&ExitInfo> {
+        match &self.life {
+            Life::Running => None,
+            Life::Exited(exit) | Life::Reported(exit, _) | Life::Closed(exit, _) => {
+                Some(&exit.info)
+            }
+        }
+    }
+
+    fn reaped_at(&self) -> Option<u64> {
+        match &self.life {
+            Life::Running => None,
+            Life::Exited(exit) | Life::Reported(exit, _) | Life::Closed(exit, _) => exit.reaped_at,
         }
     }
 
@@ -144,20 +245,17 @@ impl Entry {
         encode_output(&self.id, seq, stream, self.output.newest_bytes())
     }
 
-    pub(crate) fn report_exit(&mut self, exit: &ExitInfo) -> String {
-        self.exit_reported = true;
-        self.exit_seq = self.output.last_seq();
+    fn exited_line(&self, exit: &ExitInfo, seq: u64) -> String {
         let params = ExitedParams {
             process_id: self.id.clone(),
-            seq: self.exit_seq,
+            seq,
             exit_code: exit.code,
             signal: exit.signal.clone(),
         };
         encode_notification::<ProcessExited>(&params, 128)
     }
 
-    pub(crate) fn report_closed(&mut self) -> String {
-        self.closed_reported = true;
+    fn closed_line(&self) -> String {
         let params = ClosedParams { process_id: self.id.clone(), seq: self.output.last_seq() };
         encode_notification::<ProcessClosed>(&params, 96)
     }
@@ -166,8 +264,11 @@ impl Entry {
     /// sent and this page reaches the last chunk sent before it.
     pub(crate) fn read(&self, params: &ReadParams) -> ReadResult {
         let page = self.output.read(params.after_seq.unwrap_or(0), params.max_bytes);
-        let exit = self.exit.as_ref().filter(|_| self.exit_reported);
-        let exited = exit.is_some() && page.next_seq > self.exit_seq;
+        let (exit, exit_seq) = match &self.life {
+            Life::Reported(exit, seq) | Life::Closed(exit, seq) => (Some(&exit.info), *seq),
+            Life::Running | Life::Exited(_) => (None, 0),
+        };
+        let exited = exit.is_some() && page.next_seq > exit_seq;
         ReadResult {
             chunks: page.chunks,
             next_seq: page.next_seq,
@@ -183,9 +284,9 @@ impl Entry {
             argv: self.argv.clone(),
             tty: self.tty,
             pid: self.pid,
-            running: self.exit.is_none(),
-            exit_code: self.exit.as_ref().map(|e| e.code),
-            signal: self.exit.as_ref().and_then(|e| e.signal.clone()),
+            running: self.is_running(),
+            exit_code: self.exit().map(|e| e.code),
+            signal: self.exit().and_then(|e| e.signal.clone()),
         }
     }
 }
@@ -194,7 +295,7 @@ impl Drop for Entry {
     fn drop(&mut self) {
         self.tasks.abort_all();
         self.stdin = None;
-        if self.reaped_at.is_none() {
+        if self.reaped_at().is_none() {
             // The leader is unreaped, so its pid still names our group.
             let _ = signal_group(self.pid, Signal::KILL);
             if spawn::reap(self.pid) {
