@@ -1,0 +1,174 @@
+//! The params and results of the fs/* methods.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::Base64;
+
+/// Params of fs/getMetadata and fs/readDirectory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct PathParams {
+    /// Absolute path (or `pathBase64`, its raw bytes, for a name that is not UTF-8).
+    #[serde(flatten, with = "crate::fs::names::path")]
+    pub path: PathBuf,
+    /// fs/getMetadata: follow a final symlink (Part B; default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_symlinks: Option<bool>,
+}
+
+/// `fs/readFile` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ReadFileParams {
+    /// Absolute path (or `pathBase64`, its raw bytes, for a name that is not UTF-8).
+    #[serde(flatten, with = "crate::fs::names::path")]
+    pub path: PathBuf,
+    /// First byte to read (Part B; default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// Most bytes to read (Part B; default: to the end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub length: Option<u64>,
+    /// Follow a final symlink (Part B; default true; false refuses one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_symlinks: Option<bool>,
+}
+
+/// `fs/readFile` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ReadFileResult {
+    /// The bytes read.
+    pub data_base64: Base64,
+}
+
+/// `fs/writeFile` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct WriteFileParams {
+    /// Absolute path (or `pathBase64`, its raw bytes, for a name that is not UTF-8).
+    #[serde(flatten, with = "crate::fs::names::path")]
+    pub path: PathBuf,
+    /// The bytes, base64 (decoded by the handler for its exact error message).
+    pub data_base64: String,
+    /// Append instead of replacing (Part B).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub append: bool,
+    /// Follow a final symlink (Part B; default true; false refuses one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_symlinks: Option<bool>,
+}
+
+/// `fs/createDirectory` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct CreateDirectoryParams {
+    /// Absolute path (or `pathBase64`, its raw bytes, for a name that is not UTF-8).
+    #[serde(flatten, with = "crate::fs::names::path")]
+    pub path: PathBuf,
+    /// Create missing parents (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recursive: Option<bool>,
+}
+
+/// `fs/getMetadata` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct Metadata {
+    /// A directory (after following symlinks).
+    pub is_directory: bool,
+    /// A regular file (after following symlinks).
+    pub is_file: bool,
+    /// Creation time, ms since the epoch, 0 when unknown.
+    pub created_at_ms: i64,
+    /// Modification time, ms since the epoch, 0 when unknown.
+    pub modified_at_ms: i64,
+    /// The path itself is a symlink (Part B).
+    #[serde(default)]
+    pub is_symlink: bool,
+    /// Size in bytes (Part B).
+    #[serde(default)]
+    pub size: u64,
+    /// No write permission bits are set (Part B).
+    #[serde(default)]
+    pub readonly: bool,
+}
+
+/// `fs/readDirectory` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ReadDirectoryResult {
+    /// Entries sorted by name.
+    pub entries: Vec<DirectoryEntry>,
+}
+
+/// One entry of `fs/readDirectory`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct DirectoryEntry {
+    /// The entry's name.
+    pub file_name: String,
+    /// A directory (after following symlinks).
+    pub is_directory: bool,
+    /// A regular file (after following symlinks).
+    pub is_file: bool,
+    /// The name's raw bytes, when it is not UTF-8 (Part B; `fileName` is then lossy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_name_base64: Option<Base64>,
+}
+
+/// `fs/remove` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct RemoveParams {
+    /// Absolute path (or `pathBase64`, its raw bytes, for a name that is not UTF-8).
+    #[serde(flatten, with = "crate::fs::names::path")]
+    pub path: PathBuf,
+    /// Remove directories with their contents (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recursive: Option<bool>,
+    /// A missing path is not an error (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force: Option<bool>,
+    /// Remove what a final symlink points to (Part B; default false: the link itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_symlinks: Option<bool>,
+}
+
+/// `fs/copy` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct CopyParams {
+    /// What to copy. (Or `sourcePathBase64`, its raw bytes.)
+    #[serde(flatten, with = "crate::fs::names::source_path")]
+    pub source_path: PathBuf,
+    /// Where to. (Or `destinationPathBase64`, its raw bytes.)
+    #[serde(flatten, with = "crate::fs::names::destination_path")]
+    pub destination_path: PathBuf,
+    /// Required true for directories.
+    #[serde(default)]
+    pub recursive: bool,
+}
+
+/// `fs/rename` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct RenameParams {
+    /// What to rename. (Or `sourcePathBase64`, its raw bytes.)
+    #[serde(flatten, with = "crate::fs::names::source_path")]
+    pub source_path: PathBuf,
+    /// The new path. (Or `destinationPathBase64`, its raw bytes.)
+    #[serde(flatten, with = "crate::fs::names::destination_path")]
+    pub destination_path: PathBuf,
+}

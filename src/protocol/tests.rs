@@ -1,0 +1,170 @@
+//! Exact encodings of the envelope, ids, errors and payloads.
+
+#[test]
+fn hand_encoded_output_matches_the_generic_encoder() {
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let ids = ["p", "", "a\"quote", "tab\tnew\nline", "ünïcödé", "\u{1}ctl", "emoji 🦀"];
+    for round in 0..2000 {
+        let id = format!("{}{}", ids[round % ids.len()], next() % 1000);
+        let len = (next() % 300) as usize;
+        let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        let stream = [Stream::Stdout, Stream::Stderr, Stream::Pty][(next() % 3) as usize];
+        let seq = if round % 7 == 0 { u64::MAX - next() % 3 } else { next() % 100_000 };
+        let params =
+            OutputParams { process_id: id.clone(), seq, stream, chunk: Base64(bytes.clone()) };
+        assert_eq!(
+            encode_output(&id, seq, stream, &bytes),
+            encode_notification::<ProcessOutput>(&params, 64),
+            "round {round}"
+        );
+    }
+}
+
+use super::*;
+use serde_json::json;
+
+fn decode_err(line: &str) -> String {
+    Message::decode(line.as_bytes()).unwrap_err().to_string()
+}
+
+#[test]
+fn request_round_trips_exactly() {
+    let line = r#"{"id":1,"method":"initialize","params":{"clientName":"t"}}"#;
+    let message = Message::decode(line.as_bytes()).unwrap();
+    assert_eq!(
+        message,
+        Message::Request(Request {
+            id: 1.into(),
+            method: "initialize".into(),
+            params: json!({"clientName": "t"}),
+        })
+    );
+    assert_eq!(message.encode(), line);
+}
+
+#[test]
+fn jsonrpc_member_is_optional_and_string_ids_work() {
+    let line = r#"{"jsonrpc":"2.0","id":"a","method":"process/list"}"#;
+    let message = Message::decode(line.as_bytes()).unwrap();
+    assert_eq!(message.encode(), r#"{"id":"a","method":"process/list"}"#);
+}
+
+#[test]
+fn notification_without_params() {
+    let message = Message::decode(br#"{"method":"initialized"}"#).unwrap();
+    assert_eq!(
+        message,
+        Message::Notification(Notification { method: "initialized".into(), params: Value::Null })
+    );
+    assert_eq!(message.encode(), r#"{"method":"initialized"}"#);
+}
+
+#[test]
+fn responses_encode_result_and_error() {
+    let ok = Message::Response(Response { id: 3.into(), result: Ok(json!({})) });
+    assert_eq!(ok.encode(), r#"{"id":3,"result":{}}"#);
+    let err = Message::Response(Response {
+        id: (-1).into(),
+        result: Err(ErrorObject::invalid_request("bad")),
+    });
+    assert_eq!(err.encode(), r#"{"id":-1,"error":{"code":-32600,"message":"bad"}}"#);
+    let decoded = Message::decode(err.encode().as_bytes()).unwrap();
+    assert_eq!(decoded, err);
+}
+
+#[test]
+fn error_data_is_kept() {
+    let error = ErrorObject::internal("x").with_data(json!({"kind": "notFound"}));
+    let line = Message::Response(Response { id: 1.into(), result: Err(error) }).encode();
+    assert_eq!(
+        line,
+        r#"{"id":1,"error":{"code":-32603,"message":"x","data":{"kind":"notFound"}}}"#
+    );
+}
+
+#[test]
+fn malformed_lines_name_the_problem() {
+    assert_eq!(
+        decode_err("not json"),
+        "failed to parse JSON-RPC message: expected ident at line 1 column 2"
+    );
+    assert_eq!(
+        decode_err("[1,2]"),
+        "failed to parse JSON-RPC message: expected a JSON object, got an array"
+    );
+    assert_eq!(
+        decode_err("42"),
+        "failed to parse JSON-RPC message: expected a JSON object, got a number"
+    );
+    assert_eq!(
+        decode_err(r#"{"id":null,"method":"x"}"#),
+        "failed to parse JSON-RPC message: id must be an integer or a string, got null"
+    );
+    assert_eq!(
+        decode_err(r#"{"id":1.5,"method":"x"}"#),
+        "failed to parse JSON-RPC message: id must be an integer or a string, got the number 1.5"
+    );
+    assert_eq!(
+        decode_err(r#"{"id":1,"method":7}"#),
+        "failed to parse JSON-RPC message: method must be a string, got a number"
+    );
+    assert_eq!(
+        decode_err(r#"{"id":1}"#),
+        "failed to parse JSON-RPC message: a message needs a method, a result or an error"
+    );
+    assert_eq!(
+        Message::decode(b"{\"id\":1,\"method\":\"\xff\"}").unwrap_err().to_string(),
+        "failed to parse JSON-RPC message: invalid UTF-8 at byte 18"
+    );
+}
+
+#[test]
+fn typed_encoding_matches_the_wire() {
+    let started: Result<StartResult, ErrorObject> = Ok(StartResult { process_id: "p".into() });
+    assert_eq!(encode_response(&1.into(), &started), r#"{"id":1,"result":{"processId":"p"}}"#);
+    let refused: Result<Empty, ErrorObject> = Err(ErrorObject::invalid_request("no"));
+    assert_eq!(
+        encode_response(&"x".into(), &refused),
+        r#"{"id":"x","error":{"code":-32600,"message":"no"}}"#
+    );
+    let output = OutputParams {
+        process_id: "p".into(),
+        seq: 1,
+        stream: Stream::Stdout,
+        chunk: Base64(b"hi".to_vec()),
+    };
+    assert_eq!(
+        encode_notification::<ProcessOutput>(&output, 0),
+        r#"{"method":"process/output","params":{"processId":"p","seq":1,"stream":"stdout","chunk":"aGk="}}"#
+    );
+    let exited = ExitedParams {
+        process_id: "p".into(),
+        seq: 0,
+        exit_code: 137,
+        signal: Some("SIGKILL".into()),
+    };
+    assert_eq!(
+        encode_notification::<ProcessExited>(&exited, 0),
+        r#"{"method":"process/exited","params":{"processId":"p","seq":0,"exitCode":137,"signal":"SIGKILL"}}"#
+    );
+    assert_eq!(
+        encode_request::<ProcessList>(&7.into(), &Empty {}).unwrap(),
+        r#"{"id":7,"method":"process/list","params":{}}"#
+    );
+}
+
+#[test]
+fn base64_round_trips() {
+    let bytes = Base64(b"hi".to_vec());
+    assert_eq!(serde_json::to_string(&bytes).unwrap(), r#""aGk=""#);
+    let back: Base64 = serde_json::from_str(r#""aGk=""#).unwrap();
+    assert_eq!(back, bytes);
+    let err = serde_json::from_str::<Base64>(r#""@@""#).unwrap_err().to_string();
+    assert_eq!(err, "invalid base64: Invalid symbol 64, offset 0.");
+}
