@@ -1,32 +1,71 @@
 //! `just bench`: exec-server against baselines measured in the same run.
 //!
-//! Each line reports the server's figure, the baseline's, and their ratio:
-//! output throughput vs reading the same command's stdout directly, spawn
-//! latency vs spawning directly, fs throughput vs tokio::fs, and request
-//! round trips vs a line echoed through `cat` over pipes. A last line reports
-//! how far past its grace a graceful terminate of a SIGTERM-ignoring shell ends.
+//! Every row pairs the server's figure with a baseline taken in the same run:
+//! raw pipes, direct spawns, `tokio::fs`, a line echoed by `cat`, and the bench
+//! client's own ceiling against a fake server (this executable re-run as
+//! `BENCH_ROLE=fake`: it answers every request at once and replays
+//! pre-encoded output), so the server is never blamed for the client.
+//! Prints a table, then the same rows as JSON (also written to
+//! `target/bench.json`). `EXEC_SERVER_BIN` measures another build.
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
+use std::io::{BufRead, Write};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use exec_server::protocol::{GetMetadata, PathParams, TerminateParams};
-use exec_server::server::Config;
+use exec_server::protocol::{GetMetadata, PathParams, ProcessTerminate, TerminateParams};
 use exec_server::*;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 const BIN: &str = env!("CARGO_BIN_EXE_exec-server");
-
-/// The server binary to measure: `EXEC_SERVER_BIN` (to compare builds), else this crate's.
-fn server_binary() -> String {
-    std::env::var("EXEC_SERVER_BIN").unwrap_or_else(|_| BIN.to_owned())
-}
 const OUTPUT_BYTES: u64 = 256 * 1024 * 1024;
+const CHUNK: usize = 64 * 1024;
 const SPAWNS: u32 = 200;
 const ROUND_TRIPS: u32 = 2000;
 const FILE_BYTES: usize = 64 * 1024 * 1024;
 const PIECE: u64 = 8 * 1024 * 1024;
 const RUNS: usize = 3;
+
+struct Row {
+    what: &'static str,
+    server: f64,
+    baseline: f64,
+    baseline_what: &'static str,
+    unit: &'static str,
+    higher_is_better: bool,
+}
+
+impl Row {
+    fn ratio(&self) -> f64 {
+        self.server / self.baseline
+    }
+
+    fn print(&self) {
+        let note = if self.higher_is_better { "of baseline" } else { "x baseline" };
+        println!(
+            "{:<46} {:>9.1} {:<5} | {:<34} {:>9.1} {:<5} | {:.2} {note}",
+            self.what,
+            self.server,
+            self.unit,
+            self.baseline_what,
+            self.baseline,
+            self.unit,
+            self.ratio()
+        );
+    }
+
+    fn json(&self) -> String {
+        format!(
+            r#"{{"what":"{}","server":{:.3},"baseline":{:.3},"baseline_what":"{}","unit":"{}","ratio":{:.4}}}"#,
+            self.what,
+            self.server,
+            self.baseline,
+            self.baseline_what,
+            self.unit,
+            self.ratio()
+        )
+    }
+}
 
 /// The median of `RUNS` timings of `f`.
 async fn median<F, Fut>(mut f: F) -> Duration
@@ -44,14 +83,16 @@ where
     times[RUNS / 2]
 }
 
-fn report(what: &str, server: f64, baseline: f64, unit: &str, higher_is_better: bool) {
-    let ratio = server / baseline;
-    let note = if higher_is_better { "of baseline" } else { "x baseline" };
-    println!("{what:<44} {server:>10.1} {unit:<6} baseline {baseline:>10.1} {unit:<6} ratio {ratio:.2} {note}");
-}
-
 fn mib_per_s(bytes: u64, time: Duration) -> f64 {
     bytes as f64 / (1024.0 * 1024.0) / time.as_secs_f64()
+}
+
+fn micros(time: Duration, count: u32) -> f64 {
+    time.as_secs_f64() * 1e6 / f64::from(count)
+}
+
+fn server_binary() -> String {
+    std::env::var("EXEC_SERVER_BIN").unwrap_or_else(|_| BIN.to_owned())
 }
 
 fn head_argv() -> Vec<String> {
@@ -66,7 +107,7 @@ async fn direct_output() {
         .spawn()
         .unwrap();
     let mut stdout = child.stdout.take().unwrap();
-    let mut buffer = vec![0; 64 * 1024];
+    let mut buffer = vec![0; CHUNK];
     let mut total = 0u64;
     loop {
         let n = stdout.read(&mut buffer).await.unwrap();
@@ -88,17 +129,40 @@ async fn server_output(client: &Client, id: &str) {
     assert_eq!(total, OUTPUT_BYTES);
 }
 
-async fn direct_spawns() {
+async fn direct_spawns_in_turn() {
     for _ in 0..SPAWNS {
         let status = tokio::process::Command::new("true").status().await.unwrap();
         assert!(status.success());
     }
 }
 
-async fn server_spawns(client: &Client, prefix: &str) {
+async fn server_spawns_in_turn(client: &Client, prefix: &str) {
     for i in 0..SPAWNS {
-        let mut process =
-            client.start(StartParams::new(format!("{prefix}-{i}"), ["true"], "/")).await.unwrap();
+        let params = StartParams::new(format!("{prefix}-{i}"), ["true"], "/");
+        let mut process = client.start(params).await.unwrap();
+        assert_eq!(process.wait().await.unwrap().code, 0);
+    }
+}
+
+async fn direct_spawns_at_once() {
+    let mut children: Vec<_> =
+        (0..SPAWNS).map(|_| tokio::process::Command::new("true").spawn().unwrap()).collect();
+    for child in &mut children {
+        assert!(child.wait().await.unwrap().success());
+    }
+}
+
+async fn server_spawns_at_once(client: &Client, prefix: &str) {
+    let starts = (0..SPAWNS).map(|i| {
+        let client = client.clone();
+        let params = StartParams::new(format!("{prefix}-{i}"), ["true"], "/");
+        async move { client.start(params).await.unwrap() }
+    });
+    let mut processes = Vec::new();
+    for start in starts.map(tokio::spawn).collect::<Vec<_>>() {
+        processes.push(start.await.unwrap());
+    }
+    for process in &mut processes {
         assert_eq!(process.wait().await.unwrap().code, 0);
     }
 }
@@ -112,7 +176,9 @@ async fn cat_round_trips() {
     let mut stdin = cat.stdin.take().unwrap();
     let mut lines = BufReader::new(cat.stdout.take().unwrap()).lines();
     for i in 0..ROUND_TRIPS {
-        let line = format!("{{\"id\":{i},\"method\":\"process/terminate\",\"params\":{{\"processId\":\"no-such-process\"}}}}\n");
+        let line = format!(
+            "{{\"id\":{i},\"method\":\"fs/getMetadata\",\"params\":{{\"path\":\"/tmp\"}}}}\n"
+        );
         stdin.write_all(line.as_bytes()).await.unwrap();
         lines.next_line().await.unwrap().unwrap();
     }
@@ -120,17 +186,17 @@ async fn cat_round_trips() {
     cat.wait().await.unwrap();
 }
 
-async fn server_round_trips(client: &Client) {
+async fn terminate_round_trips(client: &Client) {
     for _ in 0..ROUND_TRIPS {
         let params = TerminateParams::new("no-such-process");
-        assert!(!client.terminate(params).await.unwrap().running);
+        assert!(!client.call::<ProcessTerminate>(&params).await.unwrap().running);
     }
 }
 
 async fn metadata_round_trips(client: &Client) {
     for _ in 0..ROUND_TRIPS {
-        let params = PathParams::new("/tmp");
-        assert!(client.call::<GetMetadata>(&params).await.unwrap().is_directory);
+        let meta = client.call::<GetMetadata>(&PathParams::new("/tmp")).await.unwrap();
+        assert!(meta.is_directory);
     }
 }
 
@@ -153,129 +219,262 @@ async fn direct_fs_round_trip(dir: &std::path::Path, data: &[u8]) {
     assert_eq!(back.len(), data.len());
 }
 
-#[tokio::main]
-async fn main() {
-    let launcher = Launcher::spawn(LaunchCommand::new(server_binary())).await.unwrap();
-    let remote = launcher.client().clone();
-    let in_process = Client::in_process(Config::default()).await.unwrap();
-    let ws_launcher =
-        Launcher::spawn_listening(LaunchCommand::new(server_binary()), ClientOptions::default())
-            .await
-            .unwrap();
-    let ws = ws_launcher.client().clone();
-    println!("exec-server benchmarks (median of {RUNS} runs; baselines measured in this run)");
+/// Peak resident memory of `pid` in MiB (VmHWM).
+fn peak_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    let kib: f64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib / 1024.0
+}
 
-    let direct = median(direct_output).await;
+async fn launch() -> Launcher {
+    Launcher::spawn(LaunchCommand::new(server_binary())).await.unwrap()
+}
+
+async fn launch_fake() -> Launcher {
+    let mut command = LaunchCommand::new(std::env::current_exe().unwrap());
+    command.env.push(("BENCH_ROLE".into(), "fake".into()));
+    Launcher::spawn(command).await.unwrap()
+}
+
+fn main() {
+    if std::env::var_os("BENCH_ROLE").is_some() {
+        fake_server();
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    runtime.block_on(bench());
+}
+
+async fn bench() {
+    println!("exec-server benchmarks: median of {RUNS} runs, baselines measured in this run");
+    let mut rows = Vec::new();
+    let stdio = launch().await;
+    let client = stdio.client().clone();
+    let fake = launch_fake().await;
+    let fake_client = fake.client().clone();
     let mut n = 0;
-    let via_binary = median(|| {
+
+    // Round trips: the baseline is the same client code against a fake server
+    // that answers at once (the "echo through the same client").
+    let echo = median(cat_round_trips).await;
+    let ceiling = median(|| terminate_round_trips(&fake_client)).await;
+    let metadata = median(|| metadata_round_trips(&client)).await;
+    rows.push(Row {
+        what: "fs/getMetadata round trip (us)",
+        server: micros(metadata, ROUND_TRIPS),
+        baseline: micros(ceiling, ROUND_TRIPS),
+        baseline_what: "same client, fake server",
+        unit: "us",
+        higher_is_better: false,
+    });
+    let terminate = median(|| terminate_round_trips(&client)).await;
+    rows.push(Row {
+        what: "process/terminate (unknown id) round trip (us)",
+        server: micros(terminate, ROUND_TRIPS),
+        baseline: micros(ceiling, ROUND_TRIPS),
+        baseline_what: "same client, fake server",
+        unit: "us",
+        higher_is_better: false,
+    });
+    rows.push(Row {
+        what: "client ceiling: round trip to a fake server (us)",
+        server: micros(ceiling, ROUND_TRIPS),
+        baseline: micros(echo, ROUND_TRIPS),
+        baseline_what: "a line echoed by cat, raw",
+        unit: "us",
+        higher_is_better: false,
+    });
+
+    // Spawns.
+    let direct = median(direct_spawns_in_turn).await;
+    let served = median(|| {
         n += 1;
-        let id = format!("out-{n}");
-        let remote = remote.clone();
-        async move { server_output(&remote, &id).await }
+        let prefix = format!("turn-{n}");
+        let client = client.clone();
+        async move { server_spawns_in_turn(&client, &prefix).await }
     })
     .await;
-    let via_duplex = median(|| {
+    rows.push(Row {
+        what: "process/start of true -> exited (us each)",
+        server: micros(served, SPAWNS),
+        baseline: micros(direct, SPAWNS),
+        baseline_what: "direct spawn + wait",
+        unit: "us",
+        higher_is_better: false,
+    });
+    let direct = median(direct_spawns_at_once).await;
+    let served = median(|| {
+        n += 1;
+        let prefix = format!("fan-{n}");
+        let client = client.clone();
+        async move { server_spawns_at_once(&client, &prefix).await }
+    })
+    .await;
+    rows.push(Row {
+        what: "200 true at once -> all exited (ms)",
+        server: served.as_secs_f64() * 1e3,
+        baseline: direct.as_secs_f64() * 1e3,
+        baseline_what: "200 direct spawns, then waits",
+        unit: "ms",
+        higher_is_better: false,
+    });
+
+    // Output stream, on a fresh server so its peak memory is the stream's.
+    let streamer = launch().await;
+    let stream_client = streamer.client().clone();
+    let direct = median(direct_output).await;
+    let served = median(|| {
         n += 1;
         let id = format!("out-{n}");
-        let client = in_process.clone();
+        let client = stream_client.clone();
         async move { server_output(&client, &id).await }
     })
     .await;
     let base = mib_per_s(OUTPUT_BYTES, direct);
-    report(
-        "output 256 MiB, binary over stdio (MiB/s)",
-        mib_per_s(OUTPUT_BYTES, via_binary),
-        base,
-        "MiB/s",
-        true,
-    );
-    report(
-        "output 256 MiB, in-process duplex (MiB/s)",
-        mib_per_s(OUTPUT_BYTES, via_duplex),
-        base,
-        "MiB/s",
-        true,
-    );
-    let via_ws = median(|| {
+    rows.push(Row {
+        what: "stdout of head -c 256MiB -> client (MiB/s)",
+        server: mib_per_s(OUTPUT_BYTES, served),
+        baseline: base,
+        baseline_what: "reading the pipe directly",
+        unit: "MiB/s",
+        higher_is_better: true,
+    });
+    let ceiling = median(|| {
         n += 1;
-        let id = format!("out-{n}");
-        let ws = ws.clone();
-        async move { server_output(&ws, &id).await }
+        let id = format!("fake-{n}");
+        let client = fake_client.clone();
+        async move { server_output(&client, &id).await }
     })
     .await;
-    report(
-        "output 256 MiB, WebSocket vs stdio (MiB/s)",
-        mib_per_s(OUTPUT_BYTES, via_ws),
-        mib_per_s(OUTPUT_BYTES, via_binary),
-        "MiB/s",
-        true,
-    );
+    rows.push(Row {
+        what: "client ceiling: pre-encoded output (MiB/s)",
+        server: mib_per_s(OUTPUT_BYTES, ceiling),
+        baseline: base,
+        baseline_what: "reading the pipe directly",
+        unit: "MiB/s",
+        higher_is_better: true,
+    });
+    rows.push(Row {
+        what: "server peak RSS while streaming (MiB)",
+        server: peak_rss_mib(streamer.pid()),
+        baseline: 10.0,
+        baseline_what: "the target",
+        unit: "MiB",
+        higher_is_better: false,
+    });
+    drop(streamer);
 
-    let direct = median(direct_spawns).await;
-    let via_binary = median(|| {
-        n += 1;
-        let prefix = format!("spawn-{n}");
-        let remote = remote.clone();
-        async move { server_spawns(&remote, &prefix).await }
-    })
-    .await;
-    let per = |d: Duration| d.as_secs_f64() * 1e6 / SPAWNS as f64;
-    report("spawn+exit of `true`, binary (us each)", per(via_binary), per(direct), "us", false);
-
-    let direct = median(cat_round_trips).await;
-    let via_binary = median(|| {
-        let remote = remote.clone();
-        async move { server_round_trips(&remote).await }
-    })
-    .await;
-    let per = |d: Duration| d.as_secs_f64() * 1e6 / ROUND_TRIPS as f64;
-    report("request round trip, process/terminate (us)", per(via_binary), per(direct), "us", false);
-    let via_ws = median(|| {
-        let ws = ws.clone();
-        async move { server_round_trips(&ws).await }
-    })
-    .await;
-    report("round trip over WebSocket vs stdio (us)", per(via_ws), per(via_binary), "us", false);
-    let via_binary = median(|| {
-        let remote = remote.clone();
-        async move { metadata_round_trips(&remote).await }
-    })
-    .await;
-    report("request round trip, fs/getMetadata (us)", per(via_binary), per(direct), "us", false);
-
+    // Files.
     let dir = std::env::temp_dir().join(format!("exec-server-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let data: Vec<u8> = (0..FILE_BYTES).map(|i| (i % 251) as u8).collect();
     let direct = median(|| direct_fs_round_trip(&dir, &data)).await;
-    let remote_fs = RemoteFileSystem::new(remote.clone());
-    let via_binary = median(|| fs_round_trip(&remote_fs, &dir, &data)).await;
+    let remote_fs = RemoteFileSystem::new(client.clone());
+    let served = median(|| fs_round_trip(&remote_fs, &dir, &data)).await;
     let bytes = 2 * FILE_BYTES as u64;
-    report(
-        "fs write+read 64 MiB in 8 MiB pieces (MiB/s)",
-        mib_per_s(bytes, via_binary),
-        mib_per_s(bytes, direct),
-        "MiB/s",
-        true,
-    );
+    rows.push(Row {
+        what: "fs write+read 64 MiB in 8 MiB pieces (MiB/s)",
+        server: mib_per_s(bytes, served),
+        baseline: mib_per_s(bytes, direct),
+        baseline_what: "tokio::fs write + read",
+        unit: "MiB/s",
+        higher_is_better: true,
+    });
     std::fs::remove_dir_all(&dir).unwrap();
 
-    let grace = Duration::from_millis(200);
-    let params = StartParams::new(
-        "stubborn",
-        ["sh", "-c", "trap '' TERM; echo up; while :; do sleep 0.01; done"],
-        "/",
-    );
-    let mut stubborn = remote.start(params).await.unwrap();
-    stubborn.next_output().await.unwrap();
-    let start = Instant::now();
-    stubborn.terminate(Some(grace)).await.unwrap();
-    let exit = stubborn.wait().await.unwrap();
-    let took = start.elapsed();
-    println!(
-        "terminate graceMs=200 of a SIGTERM-ignoring shell: {exit:?} after {:.1} ms ({:.1} ms past the grace)",
-        took.as_secs_f64() * 1e3,
-        (took.saturating_sub(grace)).as_secs_f64() * 1e3
-    );
-    let outcome = launcher.shutdown(Duration::from_secs(5)).await.unwrap();
-    println!("server shutdown: {outcome:?}");
+    // WebSocket against stdio (a build without --listen skips these).
+    match Launcher::spawn_listening(LaunchCommand::new(server_binary()), ClientOptions::default())
+        .await
+    {
+        Ok(ws) => {
+            let ws_client = ws.client().clone();
+            let over_ws = median(|| terminate_round_trips(&ws_client)).await;
+            rows.push(Row {
+                what: "round trip over WebSocket (us)",
+                server: micros(over_ws, ROUND_TRIPS),
+                baseline: micros(terminate, ROUND_TRIPS),
+                baseline_what: "the same over stdio",
+                unit: "us",
+                higher_is_better: false,
+            });
+            let stdio_stream = median(|| {
+                n += 1;
+                let id = format!("stdio-{n}");
+                let client = client.clone();
+                async move { server_output(&client, &id).await }
+            })
+            .await;
+            let ws_stream = median(|| {
+                n += 1;
+                let id = format!("ws-{n}");
+                let client = ws_client.clone();
+                async move { server_output(&client, &id).await }
+            })
+            .await;
+            rows.push(Row {
+                what: "output 256 MiB over WebSocket (MiB/s)",
+                server: mib_per_s(OUTPUT_BYTES, ws_stream),
+                baseline: mib_per_s(OUTPUT_BYTES, stdio_stream),
+                baseline_what: "the same over stdio",
+                unit: "MiB/s",
+                higher_is_better: true,
+            });
+        }
+        Err(error) => println!("(WebSocket rows skipped: {error})"),
+    }
+
+    println!();
+    for row in &rows {
+        row.print();
+    }
+    let json = format!("[{}]", rows.iter().map(Row::json).collect::<Vec<_>>().join(","));
+    println!("\n{json}");
+    let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench.json");
+    let _ = std::fs::write(target, &json);
+}
+
+/// `BENCH_ROLE=fake`: a server that costs nothing. Every request gets a result
+/// at once (one that decodes as any of the results the bench asks for), and a
+/// `process/start` is followed by 256 MiB of pre-encoded output in 64 KiB chunks.
+fn fake_server() {
+    let stdin = std::io::stdin().lock();
+    let mut stdout = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
+    let chunk = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(vec![0u8; CHUNK])
+    };
+    for line in stdin.lines() {
+        let line = line.unwrap();
+        let Some(id) = field(&line, r#""id":"#) else { continue };
+        if line.contains(r#""method":"process/start""#) {
+            let process = field(&line, r#""processId":"#).unwrap();
+            writeln!(stdout, r#"{{"id":{id},"result":{{"processId":{process}}}}}"#).unwrap();
+            let count = OUTPUT_BYTES as usize / CHUNK;
+            for seq in 1..=count {
+                writeln!(stdout, r#"{{"method":"process/output","params":{{"processId":{process},"seq":{seq},"stream":"stdout","chunk":"{chunk}"}}}}"#).unwrap();
+            }
+            writeln!(stdout, r#"{{"method":"process/exited","params":{{"processId":{process},"seq":{count},"exitCode":0}}}}"#).unwrap();
+            writeln!(
+                stdout,
+                r#"{{"method":"process/closed","params":{{"processId":{process},"seq":{count}}}}}"#
+            )
+            .unwrap();
+        } else {
+            let result = r#"{"protocolVersion":"exec-server.v0","running":false,"capabilities":{"methods":[],"notifications":["process/output","process/exited","process/closed"]}}"#;
+            writeln!(stdout, r#"{{"id":{id},"result":{result}}}"#).unwrap();
+        }
+        stdout.flush().unwrap();
+    }
+}
+
+/// The JSON value after `key` in `line` (a number or a quoted string without escapes).
+fn field(line: &str, key: &str) -> Option<String> {
+    let rest = &line[line.find(key)? + key.len()..];
+    let end = if rest.starts_with('"') {
+        rest[1..].find('"')? + 2
+    } else {
+        rest.find(|c: char| c == ',' || c == '}')?
+    };
+    Some(rest[..end].to_owned())
 }
