@@ -471,8 +471,8 @@ fn fake_server() {
 /// The JSON value after `key` in `line` (a number or a quoted string without escapes).
 fn field(line: &str, key: &str) -> Option<String> {
     let rest = &line[line.find(key)? + key.len()..];
-    let end = if rest.starts_with('"') {
-        rest[1..].find('"')? + 2
+    let end = if let Some(quoted) = rest.strip_prefix('"') {
+        quoted.find('"')? + 2
     } else {
         rest.find(|c: char| c == ',' || c == '}')?
     };
