@@ -474,7 +474,7 @@ fn field(line: &str, key: &str) -> Option<String> {
     let end = if let Some(quoted) = rest.strip_prefix('"') {
         quoted.find('"')? + 2
     } else {
-        rest.find(|c: char| c == ',' || c == '}')?
+        rest.find([',', '}'])?
     };
     Some(rest[..end].to_owned())
 }
