@@ -93,10 +93,12 @@ pub(crate) fn main() -> ExitCode {
             }
         },
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        // fs calls (at most FS_IN_FLIGHT at once), /proc sweeps and stdio that is
-        // not a pipe: the thread count stays small and fixed.
+    // One thread runs the reader, the loop, the pumps and the writer: every hop
+    // between them is a local wake instead of a cross-thread one (measured:
+    // round trips 56 -> 47 us, spawn 1126 -> 904 us, 200 at once 279 -> 173 ms).
+    // Blocking threads serve fs calls (at most FS_IN_FLIGHT at once), /proc
+    // sweeps and stdio that is not a pipe: the thread count stays small and fixed.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .max_blocking_threads(8)
         .enable_all()
         .build()
