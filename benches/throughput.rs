@@ -129,6 +129,53 @@ async fn server_output(client: &Client, id: &str) {
     assert_eq!(total, OUTPUT_BYTES);
 }
 
+/// The server's own stream ceiling: a fresh server's stdout read raw, payload
+/// bytes counted from each chunk's base64 length (no JSON parse, no decode).
+/// Returns the time and the server's peak RSS in MiB.
+async fn raw_output() -> (Duration, f64) {
+    let mut server = tokio::process::Command::new(server_binary())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = server.stdin.take().unwrap();
+    let mut stdout = BufReader::with_capacity(1 << 20, server.stdout.take().unwrap());
+    let argv = head_argv().iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(",");
+    let requests = format!(
+        "{{\"id\":1,\"method\":\"initialize\",\"params\":{{\"clientName\":\"raw\"}}}}\n\
+         {{\"method\":\"initialized\"}}\n\
+         {{\"id\":2,\"method\":\"process/start\",\"params\":{{\"processId\":\"raw\",\"argv\":[{argv}],\"cwd\":\"/\"}}}}\n"
+    );
+    let start = Instant::now();
+    stdin.write_all(requests.as_bytes()).await.unwrap();
+    let mut payload = 0u64;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if stdout.read_until(b'\n', &mut line).await.unwrap() == 0 {
+            break;
+        }
+        if let Some(at) = find(&line, br#""chunk":""#) {
+            let text = &line[at + 9..];
+            let len = find(text, b"\"").unwrap();
+            let padding = text[..len].iter().rev().take_while(|&&b| b == b'=').count();
+            payload += (len / 4 * 3 - padding) as u64;
+        } else if find(&line, br#""method":"process/closed""#).is_some() {
+            break;
+        }
+    }
+    let took = start.elapsed();
+    assert_eq!(payload, OUTPUT_BYTES);
+    let rss = peak_rss_mib(server.id().unwrap());
+    drop(stdin);
+    server.wait().await.unwrap();
+    (took, rss)
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    memchr::memmem::find(haystack, needle)
+}
+
 async fn direct_spawns_in_turn() {
     for _ in 0..SPAWNS {
         let status = tokio::process::Command::new("true").status().await.unwrap();
@@ -339,6 +386,28 @@ async fn bench() {
         baseline_what: "reading the pipe directly",
         unit: "MiB/s",
         higher_is_better: true,
+    });
+    let mut raw = Vec::new();
+    for _ in 0..RUNS {
+        raw.push(raw_output().await);
+    }
+    raw.sort_by_key(|run| run.0);
+    let (raw_time, raw_rss) = raw[RUNS / 2];
+    rows.push(Row {
+        what: "the same, read raw (no decode) (MiB/s)",
+        server: mib_per_s(OUTPUT_BYTES, raw_time),
+        baseline: base,
+        baseline_what: "reading the pipe directly",
+        unit: "MiB/s",
+        higher_is_better: true,
+    });
+    rows.push(Row {
+        what: "server peak RSS, raw 256 MiB stream (MiB)",
+        server: raw_rss,
+        baseline: 10.0,
+        baseline_what: "the target",
+        unit: "MiB",
+        higher_is_better: false,
     });
     let ceiling = median(|| {
         n += 1;

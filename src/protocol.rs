@@ -324,13 +324,70 @@ pub(crate) fn encode_output(process_id: &str, seq: u64, stream: Stream, bytes: &
         Stream::Pty => "pty",
     };
     let id = serde_json::to_string(process_id).expect("a string always serializes");
-    let mut line = String::with_capacity(bytes.len().div_ceil(3) * 4 + id.len() + 96);
-    line.push_str(r#"{"method":"process/output","params":{"processId":"#);
-    line.push_str(&id);
-    line.push_str(&format!(r#","seq":{seq},"stream":"{stream}","chunk":""#));
-    base64::engine::general_purpose::STANDARD.encode_string(bytes, &mut line);
-    line.push_str(r#""}}"#);
-    line
+    let mut line = Vec::with_capacity(bytes.len().div_ceil(3) * 4 + id.len() + 96);
+    line.extend_from_slice(br#"{"method":"process/output","params":{"processId":"#);
+    line.extend_from_slice(id.as_bytes());
+    line.extend_from_slice(format!(r#","seq":{seq},"stream":"{stream}","chunk":""#).as_bytes());
+    base64_into(bytes, &mut line);
+    line.extend_from_slice(br#""}}"#);
+    // SAFETY: the line is the JSON text of `id` (a Rust string, so UTF-8) and
+    // ASCII: the literals, the decimal seq and the base64 alphabet.
+    unsafe { String::from_utf8_unchecked(line) }
+}
+
+const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Every 12-bit value as its two base64 characters.
+static PAIRS: [[u8; 2]; 4096] = {
+    let mut pairs = [[0u8; 2]; 4096];
+    let mut n = 0;
+    while n < 4096 {
+        pairs[n] = [ALPHABET[n >> 6], ALPHABET[n & 63]];
+        n += 1;
+    }
+    pairs
+};
+
+/// Appends standard padded base64 of `bytes` to `out`: two table lookups per
+/// three bytes, about twice the speed of the general-purpose engine here.
+pub(crate) fn base64_into(bytes: &[u8], out: &mut Vec<u8>) {
+    let start = out.len();
+    out.resize(start + bytes.len().div_ceil(3) * 4, 0);
+    let target = &mut out[start..];
+    // Six bytes (48 bits, four 12-bit pairs) at a time, then threes.
+    let sixes = bytes.len() / 6;
+    let (head, tail) = bytes.split_at(sixes * 6);
+    let (target_head, target) = target.split_at_mut(sixes * 8);
+    for (six, eight) in head.chunks_exact(6).zip(target_head.chunks_exact_mut(8)) {
+        let n = u64::from_be_bytes([0, 0, six[0], six[1], six[2], six[3], six[4], six[5]]);
+        let [a, b] = PAIRS[(n >> 36) as usize & 0xfff];
+        let [c, d] = PAIRS[(n >> 24) as usize & 0xfff];
+        let [e, f] = PAIRS[(n >> 12) as usize & 0xfff];
+        let [g, h] = PAIRS[n as usize & 0xfff];
+        eight.copy_from_slice(&[a, b, c, d, e, f, g, h]);
+    }
+    let mut groups = tail.chunks_exact(3);
+    let mut quads = target.chunks_exact_mut(4);
+    for (group, quad) in (&mut groups).zip(&mut quads) {
+        let n =
+            (usize::from(group[0]) << 16) | (usize::from(group[1]) << 8) | usize::from(group[2]);
+        let [a, b] = PAIRS[n >> 12];
+        let [c, d] = PAIRS[n & 0xfff];
+        quad.copy_from_slice(&[a, b, c, d]);
+    }
+    let Some(last) = quads.next() else { return };
+    match *groups.remainder() {
+        [x] => {
+            let [a, b] = PAIRS[usize::from(x) << 4];
+            last.copy_from_slice(&[a, b, b'=', b'=']);
+        }
+        [x, y] => {
+            let n = (usize::from(x) << 10) | (usize::from(y) << 2);
+            let [a, b] = PAIRS[n >> 6];
+            last.copy_from_slice(&[a, b, ALPHABET[n & 63], b'=']);
+        }
+        _ => {}
+    }
 }
 
 fn to_line<T: Serialize>(value: &T, size_hint: usize) -> serde_json::Result<String> {

@@ -168,3 +168,23 @@ fn base64_round_trips() {
     let err = serde_json::from_str::<Base64>(r#""@@""#).unwrap_err().to_string();
     assert_eq!(err, "invalid base64: Invalid symbol 64, offset 0.");
 }
+
+#[test]
+fn table_base64_matches_the_base64_crate() {
+    use base64::Engine as _;
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    for len in (0..300).chain([4095, 4096, 65536, 65537]) {
+        let bytes: Vec<u8> = (0..len)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        let mut ours = b"prefix".to_vec();
+        base64_into(&bytes, &mut ours);
+        let theirs = base64::engine::general_purpose::STANDARD.encode(&bytes);
+        assert_eq!(&ours[6..], theirs.as_bytes(), "length {len}");
+    }
+}
