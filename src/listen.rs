@@ -167,7 +167,7 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
 fn bridge(ws: WebSocketStream<TcpStream>, limit: usize) -> Channels {
     let (mut sink, mut stream) = ws.split();
     let (incoming_tx, incoming) = mpsc::channel(2);
-    let (outgoing, mut lines) = mpsc::channel::<String>(16);
+    let (outgoing, mut lines) = mpsc::channel::<String>(4);
     let heard = Arc::new(AtomicBool::new(true));
     let heard_by_reader = heard.clone();
     let reader = tokio::spawn(async move {

@@ -150,7 +150,7 @@ pub(crate) fn spawn_writer<W>(mut writer: W) -> (mpsc::Sender<String>, JoinHandl
 where
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (tx, mut rx) = mpsc::channel::<String>(16);
+    let (tx, mut rx) = mpsc::channel::<String>(4);
     let task = tokio::spawn(async move {
         while let Some(line) = rx.recv().await {
             write_line(&mut writer, &line).await?;

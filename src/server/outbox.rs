@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use tokio::sync::mpsc::{Permit, Sender};
 
 /// Past this many bytes waiting, the loop stops taking input and process events.
-const OUTBOX_BYTES: usize = 1024 * 1024;
+const OUTBOX_BYTES: usize = 512 * 1024;
 
 /// Lines for the writer, in order.
 #[derive(Debug, Default)]
