@@ -116,11 +116,22 @@ pub(crate) fn main() -> ExitCode {
             Some((address, token)) => serve_websocket(address, token, config, shutdown).await,
             None => {
                 let Stdio { reader, writer, guard } = Stdio::open();
+                let hangup = crate::stdio::output_hangup();
+                let shutdown = async move {
+                    tokio::select! {
+                        () = shutdown => {}
+                        () = hangup => tracing::info!("stdout was closed; shutting down"),
+                    }
+                };
                 let result = server::run_until(reader, writer, config, shutdown).await;
                 drop(guard);
                 result
             }
         };
+        let abandoned = host::remove_abandoned_temps();
+        if abandoned > 0 {
+            tracing::info!(abandoned, "removed temporary files of fs calls cut short");
+        }
         // Whatever escaped its session (setsid) but is still below us goes too.
         let leftovers = host::kill_descendants();
         if leftovers > 0 {
@@ -205,7 +216,7 @@ fn limit_heap_growth() {
 }
 
 /// Completes on the first SIGTERM, SIGINT, SIGHUP (the hangup of `ssh -tt`)
-/// or SIGQUIT. SIGUSR1 and SIGUSR2 are logged and otherwise ignored (a handler,
+/// or SIGQUIT. SIGUSR1, SIGUSR2 and SIGALRM are logged and otherwise ignored (a handler,
 /// not SIG_IGN, so children do not inherit "ignored"); Rust already ignores SIGPIPE.
 fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
@@ -215,6 +226,7 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     let mut quit = signal(SignalKind::quit())?;
     let mut usr1 = signal(SignalKind::user_defined1())?;
     let mut usr2 = signal(SignalKind::user_defined2())?;
+    let mut alarm = signal(SignalKind::alarm())?;
     Ok(async move {
         loop {
             let name = tokio::select! {
@@ -228,6 +240,10 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
                 }
                 _ = usr2.recv() => {
                     tracing::info!("ignoring SIGUSR2");
+                    continue;
+                }
+                _ = alarm.recv() => {
+                    tracing::info!("ignoring SIGALRM");
                     continue;
                 }
             };

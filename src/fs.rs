@@ -28,7 +28,7 @@ use self::error::{io_error, FsOp};
 use self::open::Located;
 pub(crate) use self::read::read_file;
 pub(crate) use self::roots::Roots;
-pub(crate) use self::write::write_file;
+pub(crate) use self::write::{remove_abandoned_temps, write_file};
 use crate::protocol::{
     CreateDirectoryParams, DirectoryEntry, Empty, ErrorObject, Metadata, PathParams,
     ReadDirectoryResult, RemoveParams, RenameParams,
@@ -184,7 +184,11 @@ pub(crate) fn rename(roots: &Roots, params: RenameParams) -> FsResult<Empty> {
     let (a, b) = (&source_entry, &destination_entry);
     let source_stat = sys::fstatat(a.dir.as_fd(), &a.name, false);
     if let (Ok(x), Ok(y)) = (&source_stat, sys::fstatat(b.dir.as_fd(), &b.name, false)) {
-        if sys::same_file(x, &y) {
+        // The same entry, or a link onto the very file it would replace (as `mv`
+        // refuses: the file would be lost and the link left pointing at itself).
+        let link_onto_target = sys::file_type(x) == libc::S_IFLNK
+            && sys::fstatat(a.dir.as_fd(), &a.name, true).is_ok_and(|t| sys::same_file(&t, &y));
+        if sys::same_file(x, &y) || link_onto_target {
             return Err(error::same_file(op, from, to));
         }
     }

@@ -40,3 +40,8 @@ pub(crate) async fn reap_orphans() -> io::Result<()> {
 pub(crate) fn kill_descendants() -> usize {
     crate::process::kill_descendants()
 }
+
+/// Removes temporary files of fs writes and copies cut short by the exit.
+pub(crate) fn remove_abandoned_temps() -> usize {
+    crate::fs::remove_abandoned_temps()
+}

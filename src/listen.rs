@@ -88,6 +88,7 @@ async fn connection(
     mut stopped: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
+    drop_dead_peers(&stream);
     let limit = options.config.max_message_bytes;
     // The hard cap lets a frame a little over the limit be refused politely;
     // far beyond it, tungstenite drops the connection.
@@ -122,6 +123,33 @@ async fn connection(
         tracing::info!(%peer, %error, "connection ended with an error");
     }
     tracing::info!(%peer, "connection closed");
+}
+
+/// Lets the kernel end a connection whose peer vanished without a word (keepalive
+/// probes after 30 s idle, and data unacknowledged for 60 s), which a writer
+/// blocked on a full send buffer could not notice by pinging.
+fn drop_dead_peers(stream: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let fd = stream.as_raw_fd();
+    let options: [(libc::c_int, libc::c_int, libc::c_int); 5] = [
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 30),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 10),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3),
+        (libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, 60_000),
+    ];
+    for (level, name, value) in options {
+        // SAFETY: setsockopt reads one c_int from `value` for the socket we own.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                name,
+                std::ptr::addr_of!(value).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+    }
 }
 
 /// Refuses browsers (Origin: 403) and, with a token, upgrades without it (401).
@@ -196,14 +224,20 @@ fn bridge(ws: WebSocketStream<TcpStream>, limit: usize) -> Channels {
     let writer = tokio::spawn(async move {
         let mut ping = tokio::time::interval(PING_INTERVAL);
         ping.tick().await;
+        // A peer that takes our frames is alive even if its pong waits behind them.
+        let mut delivered = false;
         loop {
             tokio::select! {
                 line = lines.recv() => match line {
-                    Some(line) => sink.send(Frame::text(line)).await.map_err(io::Error::other)?,
+                    Some(line) => {
+                        sink.send(Frame::text(line)).await.map_err(io::Error::other)?;
+                        delivered = true;
+                    }
                     None => break,
                 },
                 _ = ping.tick() => {
-                    if !heard.swap(false, Ordering::Relaxed) {
+                    let progressed = std::mem::take(&mut delivered);
+                    if !heard.swap(false, Ordering::Relaxed) && !progressed {
                         tracing::info!("the peer answered no ping for {PING_INTERVAL:?}; closing");
                         return Err(io::Error::new(io::ErrorKind::TimedOut, "peer went silent"));
                     }

@@ -111,6 +111,11 @@ impl ProcessTable {
                 ));
             }
         }
+        if let Some(name) = params.env.keys().find(|n| n.is_empty() || n.contains(['=', '\0'])) {
+            return Err(ErrorObject::invalid_params(format!(
+                "env name {name:?} is invalid: a name must be non-empty, without '=' or NUL"
+            )));
+        }
         if self.entries.contains_key(&params.process_id) {
             return Err(ErrorObject::invalid_request(format!(
                 "process {} already exists",

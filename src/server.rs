@@ -146,7 +146,7 @@ where
         let timer = state.table.next_deadline();
         let room = outbox.has_room();
         tokio::select! {
-            message = incoming.recv(), if input_open && room && state.fs.has_room() => match message {
+            message = incoming.recv(), if input_open && room => match message {
                 Some(message) => state.on_incoming(message, &mut out),
                 None => {
                     tracing::debug!("input ended");
@@ -190,6 +190,7 @@ where
         }
     }
     state.table.answer_all_parked(&mut out);
+    state.fs.refuse_waiting(&mut out);
     outbox.extend(&mut out);
     let flushed = tokio::time::timeout(FINAL_FLUSH, outbox.flush(&lines)).await;
     if flushed.is_err() {

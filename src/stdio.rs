@@ -79,3 +79,21 @@ fn pipe_end(fd: libc::c_int, restore: &mut Vec<(libc::c_int, libc::c_int)>) -> i
     // SAFETY: the standard descriptors stay open for the life of the process.
     unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()
 }
+
+/// Completes when stdout is a pipe whose reader has gone away, even while the
+/// server has nothing to write (pending forever otherwise).
+pub(crate) async fn output_hangup() {
+    let watched = pipe_end(libc::STDOUT_FILENO, &mut Vec::new()).and_then(|fd| {
+        // SAFETY: the OwnedFd stays open and unchanged while the AsyncFd owns it.
+        unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::ERROR) }
+            .map_err(io::Error::from)
+    });
+    match watched {
+        Ok(fd) => {
+            if fd.ready(tokio::io::Interest::ERROR).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        Err(_) => std::future::pending().await,
+    }
+}

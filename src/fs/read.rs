@@ -25,12 +25,10 @@ pub(crate) fn read_file(roots: &Roots, params: ReadFileParams) -> FsResult<ReadF
     if sized && offset > size {
         return Err(past_end(path, offset, size));
     }
-    let wanted = match params.length {
-        Some(length) => length,
-        None if sized => size - offset,
-        None => READ_LIMIT,
-    };
-    if wanted > READ_LIMIT {
+    // What would be returned: the limit applies to that, not to the length asked.
+    let available = if sized { size - offset } else { u64::MAX };
+    let wanted = params.length.unwrap_or(available).min(available);
+    if sized && wanted > READ_LIMIT {
         return Err(too_large());
     }
     if offset > 0 && sized {
@@ -42,10 +40,10 @@ pub(crate) fn read_file(roots: &Roots, params: ReadFileParams) -> FsResult<ReadF
             return Err(past_end(path, offset, skipped));
         }
     }
-    let expected = if sized { wanted.min(size - offset) } else { 0 };
+    let expected = if sized { wanted } else { 0 };
     let mut data = Vec::with_capacity(usize::try_from(expected).unwrap_or(0));
     // One byte more than allowed tells a file that grew past the limit.
-    let cap = if params.length.is_some() { wanted } else { READ_LIMIT + 1 };
+    let cap = wanted.min(READ_LIMIT + 1);
     file.take(cap).read_to_end(&mut data).map_err(io_error(op, path))?;
     if data.len() as u64 > READ_LIMIT {
         return Err(too_large());

@@ -2,7 +2,7 @@
 
 use std::ffi::CString;
 use std::io::{self, Write};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::error::{invalid_input, io_error, FsOp};
@@ -38,13 +38,12 @@ pub(crate) fn write_file(roots: &Roots, params: WriteFileParams) -> FsResult<Emp
     if let Some(stat) = &existing {
         kind::require_regular(op, path, stat)?;
     }
-    if params.append {
-        let flags = libc::O_WRONLY
-            | libc::O_APPEND
-            | libc::O_CREAT
-            | libc::O_NOFOLLOW
-            | libc::O_NONBLOCK
-            | libc::O_NOCTTY;
+    // A pseudo-file (/proc, /sys) cannot be replaced, and no temporary file can
+    // be made beside it: it is written in place.
+    let pseudo = existing.is_some() && on_pseudo_filesystem(entry.dir.as_fd());
+    if params.append || pseudo {
+        let mode = if params.append { libc::O_APPEND | libc::O_CREAT } else { libc::O_TRUNC };
+        let flags = libc::O_WRONLY | mode | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
         let fd = sys::openat(entry.dir.as_fd(), &entry.name, flags, 0o666)
             .map_err(io_error(op, path))?;
         // The entry may have changed since it was checked: check what was opened.
@@ -61,6 +60,26 @@ pub(crate) fn write_file(roots: &Roots, params: WriteFileParams) -> FsResult<Emp
     };
     replace(&entry, like, |file| file.write_all(&data.0)).map_err(io_error(op, path))?;
     Ok(Empty {})
+}
+
+/// Whether `dir` lies on procfs, sysfs or a similar kernel filesystem.
+fn on_pseudo_filesystem(dir: BorrowedFd<'_>) -> bool {
+    const PSEUDO: [i64; 7] = [
+        0x9fa0,      // proc
+        0x6265_6572, // sysfs
+        0x6367_7270, // cgroup2
+        0x0027_e0eb, // cgroup
+        0x6462_6720, // debugfs
+        0x7472_6163, // tracefs
+        0x7363_6673, // securityfs
+    ];
+    // SAFETY: statfs is plain integers; fstatfs writes only into it.
+    let mut info: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `dir` is an open descriptor for the duration of the call.
+    if unsafe { libc::fstatfs(dir.as_raw_fd(), &mut info) } != 0 {
+        return false;
+    }
+    PSEUDO.contains(&(info.f_type as i64))
 }
 
 /// How a replacement file is made.
@@ -84,6 +103,7 @@ pub(crate) fn replace(
 ) -> io::Result<()> {
     let dir = entry.dir.as_fd();
     let (temp_name, mut file) = create_temp(dir, &entry.name)?;
+    let _pending = PendingTemp::new(dir, &temp_name);
     let result = (|| {
         if let Some((uid, gid)) = like.owner {
             let _ = sys::fchown(file.as_fd(), uid, gid);
@@ -124,4 +144,41 @@ pub(crate) fn create_temp(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Temporary files being written, so that a server that exits while a write or
+/// copy is stuck or slow removes them instead of leaving them behind.
+static PENDING: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// Registers a temporary file for [`remove_abandoned_temps`] until dropped.
+struct PendingTemp(Option<std::path::PathBuf>);
+
+impl PendingTemp {
+    fn new(dir: BorrowedFd<'_>, name: &std::ffi::CStr) -> PendingTemp {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd())).ok();
+        let path = dir.map(|d| d.join(std::ffi::OsStr::from_bytes(name.to_bytes())));
+        if let Some(path) = &path {
+            pending().push(path.clone());
+        }
+        PendingTemp(path)
+    }
+}
+
+impl Drop for PendingTemp {
+    fn drop(&mut self) {
+        if let Some(path) = &self.0 {
+            pending().retain(|p| p != path);
+        }
+    }
+}
+
+fn pending() -> std::sync::MutexGuard<'static, Vec<std::path::PathBuf>> {
+    PENDING.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Removes the temporary files of writes that never finished (at exit).
+pub(crate) fn remove_abandoned_temps() -> usize {
+    let paths = std::mem::take(&mut *pending());
+    paths.iter().filter(|path| std::fs::remove_file(path).is_ok()).count()
 }

@@ -56,17 +56,23 @@ pub(crate) enum StdinError {
 pub(crate) struct StdinQueue {
     ops: mpsc::UnboundedSender<StdinOp>,
     queued: Arc<AtomicUsize>,
+    /// A duplicate of a pipe's write end, polled to learn that nobody reads it
+    /// any more (dropped with the queue, so closing stdin still delivers EOF).
+    probe: Option<OwnedFd>,
 }
 
 impl StdinQueue {
-    fn new() -> (StdinQueue, StdinFeed) {
+    fn new(probe: Option<OwnedFd>) -> (StdinQueue, StdinFeed) {
         let (ops, rx) = mpsc::unbounded_channel();
         let queued = Arc::new(AtomicUsize::new(0));
-        (StdinQueue { ops, queued: queued.clone() }, StdinFeed { ops: rx, queued })
+        (StdinQueue { ops, queued: queued.clone(), probe }, StdinFeed { ops: rx, queued })
     }
 
-    /// Queues `op` unless that would pass the byte limit.
+    /// Queues `op` unless nobody reads the pipe any more, or it would pass the byte limit.
     pub(crate) fn push(&self, op: StdinOp) -> Result<(), StdinError> {
+        if self.probe.as_ref().is_some_and(reader_gone) {
+            return Err(StdinError::Closed);
+        }
         let weight = op.bytes.len() + STDIN_OVERHEAD;
         let queued = self.queued.load(Ordering::Acquire);
         if queued + weight > STDIN_LIMIT {
@@ -75,6 +81,15 @@ impl StdinQueue {
         self.queued.fetch_add(weight, Ordering::AcqRel);
         self.ops.send(op).map_err(|_| StdinError::Closed)
     }
+}
+
+/// Whether the read end of the pipe `fd` writes to is closed (poll reports
+/// POLLERR at once; never blocks).
+fn reader_gone(fd: &OwnedFd) -> bool {
+    let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+    // SAFETY: one valid pollfd, a zero timeout.
+    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+    ready > 0 && poll.revents & libc::POLLERR != 0
 }
 
 /// The writer task's end of a [`StdinQueue`].
@@ -117,8 +132,9 @@ pub(crate) fn start(
             tasks.spawn(read_pipe(serial, Stream::Stderr, stderr, events.clone()));
             let stdin = match stdin {
                 Some(stdin) => {
+                    let probe = std::os::fd::AsFd::as_fd(&stdin).try_clone_to_owned()?;
                     let stdin = tokio::process::ChildStdin::from_std(stdin)?;
-                    let (queue, feed) = StdinQueue::new();
+                    let (queue, feed) = StdinQueue::new(Some(probe));
                     tasks.spawn(write_pipe(stdin, feed));
                     Some(queue)
                 }
@@ -136,7 +152,7 @@ pub(crate) fn start(
                 AsyncFd::register_with_interest(fd, Interest::READABLE | Interest::WRITABLE)
             }?);
             tasks.spawn(read_pty(serial, terminal.clone(), events.clone()));
-            let (queue, feed) = StdinQueue::new();
+            let (queue, feed) = StdinQueue::new(None);
             tasks.spawn(write_pty(terminal, feed));
             Handles { stdin: Some(queue), master: Some(master), open_streams: 1 }
         }

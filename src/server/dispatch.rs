@@ -106,8 +106,7 @@ impl State {
             return Some(error_reply(&id, error));
         }
         if method.starts_with("fs/") {
-            self.fs.submit(id, method, params, bytes);
-            return None;
+            return self.fs.submit(id, method, params, bytes);
         }
         let roots = &self.roots;
         let table = &mut self.table;

@@ -23,9 +23,9 @@ use crate::protocol::*;
 
 /// fs calls running at once.
 const FS_IN_FLIGHT: usize = 4;
-/// fs calls waiting for a slot before the loop stops taking input.
+/// fs calls waiting for a slot; beyond, a call is refused at once.
 const FS_QUEUED: usize = 64;
-/// Bytes of waiting fs requests before the loop stops taking input.
+/// Bytes of waiting fs requests; beyond, a call is refused at once.
 const FS_QUEUED_BYTES: usize = 64 * 1024 * 1024;
 
 struct Job {
@@ -57,22 +57,46 @@ impl FsCalls {
         }
     }
 
-    /// Whether another request may be read (the queue is not full).
-    pub(super) fn has_room(&self) -> bool {
-        self.queue.len() < FS_QUEUED && self.queued_bytes < FS_QUEUED_BYTES
-    }
-
     /// No call is running or waiting.
     pub(super) fn is_idle(&self) -> bool {
         self.running.is_empty() && self.queue.is_empty()
     }
 
-    /// Starts the call, or queues it when [`FS_IN_FLIGHT`] already run.
-    pub(super) fn submit(&mut self, id: RequestId, method: String, params: Value, bytes: usize) {
+    /// Starts the call, or queues it when [`FS_IN_FLIGHT`] already run. A full
+    /// queue refuses it at once (the encoded error is returned): the input is
+    /// never paused for fs calls, so stuck ones can hold up nothing, EOF included.
+    pub(super) fn submit(
+        &mut self,
+        id: RequestId,
+        method: String,
+        params: Value,
+        bytes: usize,
+    ) -> Option<String> {
+        if self.queue.len() >= FS_QUEUED || self.queued_bytes + bytes > FS_QUEUED_BYTES {
+            let error = ErrorObject::invalid_request(format!(
+                "too many fs calls waiting: {} wait behind {} running (the limit is {FS_QUEUED} calls or {FS_QUEUED_BYTES} bytes); wait for replies before sending more",
+                self.queue.len(),
+                self.running.len()
+            ));
+            return Some(encode_response::<Empty>(&id, &Err(error)));
+        }
         let paths = named_paths(&params);
         self.queue.push_back(Job { id, method, params, bytes, paths });
         self.queued_bytes += bytes;
         self.start_queued();
+        None
+    }
+
+    /// Refuses every call still waiting (the connection is ending) and drops the rest.
+    pub(super) fn refuse_waiting(&mut self, out: &mut Vec<String>) {
+        for job in self.queue.drain(..) {
+            let error = ErrorObject::invalid_request(format!(
+                "{} was not run: the connection is ending",
+                job.method
+            ));
+            out.push(encode_response::<Empty>(&job.id, &Err(error)));
+        }
+        self.queued_bytes = 0;
     }
 
     /// The encoded reply of the next call to finish; pending while none runs.
@@ -203,5 +227,38 @@ mod tests {
         let twin = paths(json!({"pathBase64": "L3RtcC9hL2Y="}));
         assert_eq!(twin, vec![PathBuf::from("/tmp/a/f")]);
         assert!(!overlap(&file, &paths(json!({"nothing": 1}))));
+    }
+}
+
+#[cfg(test)]
+mod queue_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn a_full_queue_refuses_at_once_instead_of_holding_the_input() {
+        let mut calls = FsCalls::new(Arc::new(Roots::default()));
+        // Nothing is joined here, so the running slots stay taken.
+        for n in 0..(FS_IN_FLIGHT + FS_QUEUED) {
+            let params = json!({"path": format!("/tmp/queue-test-{n}")});
+            let refused =
+                calls.submit(RequestId::from(n as i64), GetMetadata::NAME.into(), params, 10);
+            assert_eq!(refused, None, "call {n} was refused");
+        }
+        let params = json!({"path": "/tmp/one-too-many"});
+        let refused = calls.submit(RequestId::from(-7), GetMetadata::NAME.into(), params, 10);
+        assert_eq!(
+            refused.as_deref(),
+            Some(
+                r#"{"id":-7,"error":{"code":-32600,"message":"too many fs calls waiting: 64 wait behind 4 running (the limit is 64 calls or 67108864 bytes); wait for replies before sending more"}}"#
+            )
+        );
+        let mut out = Vec::new();
+        calls.refuse_waiting(&mut out);
+        assert_eq!(out.len(), FS_QUEUED);
+        assert_eq!(
+            out[0],
+            r#"{"id":4,"error":{"code":-32600,"message":"fs/getMetadata was not run: the connection is ending"}}"#
+        );
     }
 }

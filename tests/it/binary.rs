@@ -14,7 +14,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_exec-server");
 pub struct Binary {
     pub child: Child,
     stdin: Option<ChildStdin>,
-    lines: Lines<BufReader<ChildStdout>>,
+    lines: Option<Lines<BufReader<ChildStdout>>>,
     next_id: i64,
 }
 
@@ -35,7 +35,7 @@ impl Binary {
             .unwrap();
         let stdin = child.stdin.take();
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        Binary { child, stdin, lines, next_id: 1 }
+        Binary { child, stdin, lines: Some(lines), next_id: 1 }
     }
 
     pub async fn ready(args: &[&str]) -> Binary {
@@ -56,8 +56,18 @@ impl Binary {
         self.stdin = None;
     }
 
+    /// Closes the test's end of the server's stdout.
+    pub fn close_stdout(&mut self) {
+        self.lines = None;
+    }
+
     pub async fn next(&mut self) -> Option<Value> {
-        let line = within("a line from the binary", self.lines.next_line()).await.unwrap()?;
+        let line = within(
+            "a line from the binary",
+            self.lines.as_mut().expect("stdout is open").next_line(),
+        )
+        .await
+        .unwrap()?;
         Some(
             serde_json::from_str(&line)
                 .unwrap_or_else(|e| panic!("stdout had non-JSON {line:?}: {e}")),

@@ -174,3 +174,14 @@ async fn exited_children_are_reaped_at_once() {
     let list = server.result("process/list", json!({})).await;
     assert_eq!(list["processes"].as_array().unwrap().len(), 200);
 }
+
+#[tokio::test]
+async fn an_idle_server_notices_its_stdout_closing() {
+    let mut server = Binary::ready(&[]).await;
+    server.result("process/start", start_params("nap", &["sleep", "100"], json!({}))).await;
+    let list = server.result("process/list", json!({})).await;
+    let nap = list["processes"][0]["pid"].as_u64().unwrap() as u32;
+    server.close_stdout();
+    assert_eq!(server.exit_code().await, Some(0));
+    wait_dead(nap).await;
+}

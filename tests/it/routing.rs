@@ -119,3 +119,62 @@ async fn terminate_of_an_exited_process_kills_its_leftover_descendants() {
     h.notification("process/closed", "left").await;
     wait_dead(leftover).await;
 }
+
+#[tokio::test]
+async fn a_write_to_a_stdin_nobody_reads_is_refused_at_once() {
+    let mut h = Harness::ready().await;
+    h.start_with(
+        "shut",
+        &["sh", "-c", "exec 0<&-; echo closed; exec sleep 100"],
+        json!({"pipeStdin": true}),
+    )
+    .await;
+    let mut seen = Vec::new();
+    h.output_containing("shut", "closed", &mut seen).await;
+    let error =
+        h.error("process/write", json!({"processId": "shut", "chunk": b64(b"lost?\n")})).await;
+    assert_eq!(error, json!({"code": -32600, "message": "stdin is closed for process shut"}));
+    h.result("process/terminate", json!({"processId": "shut"})).await;
+}
+
+#[tokio::test]
+async fn bad_environment_names_are_refused() {
+    let mut h = Harness::ready().await;
+    for name in ["A=B", ""] {
+        let params = crate::support::start_params("e", &["true"], json!({"env": {name: "c"}}));
+        let error = h.error("process/start", params).await;
+        assert_eq!(error["code"], -32602);
+        assert_eq!(
+            error["message"],
+            format!("env name {name:?} is invalid: a name must be non-empty, without '=' or NUL")
+        );
+    }
+}
+
+#[tokio::test]
+async fn files_edge_cases_found_by_attack() {
+    let dir = scratch("routing-fs-edges");
+    let mut h = Harness::ready().await;
+    // A range longer than the file returns what exists, whatever the length asked.
+    std::fs::write(dir.join("nine"), b"123456789").unwrap();
+    let read = h
+        .result("fs/readFile", json!({"path": dir.join("nine"), "offset": 1, "length": u64::MAX}))
+        .await;
+    assert_eq!(read["dataBase64"], b64(b"23456789"));
+    // Renaming a link onto the file it points to would lose the file: refused.
+    std::fs::write(dir.join("f"), b"keep me").unwrap();
+    std::os::unix::fs::symlink("f", dir.join("sl")).unwrap();
+    let error = h
+        .error("fs/rename", json!({"sourcePath": dir.join("sl"), "destinationPath": dir.join("f")}))
+        .await;
+    assert_eq!(error["code"], -32600);
+    assert_eq!(std::fs::read(dir.join("f")).unwrap(), b"keep me");
+    assert!(std::fs::symlink_metadata(dir.join("sl")).unwrap().file_type().is_symlink());
+    // A /proc pseudo-file is written in place (no temporary file can live there).
+    let current = std::fs::read("/proc/self/oom_score_adj").unwrap();
+    h.result(
+        "fs/writeFile",
+        json!({"path": "/proc/self/oom_score_adj", "dataBase64": b64(&current)}),
+    )
+    .await;
+}
