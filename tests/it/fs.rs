@@ -68,10 +68,17 @@ async fn read_and_write_errors() {
         h.error("fs/getMetadata", json!({"path": "relative.txt"})).await,
         json!({"code": -32602, "message": "path must be absolute: relative.txt"})
     );
+    // The limit applies to the bytes returned, not to the length asked for.
     std::fs::write(dir.join("small"), b"x").unwrap();
+    let read = h
+        .result("fs/readFile", json!({"path": p(&dir.join("small")), "length": 536870913u64}))
+        .await;
+    assert_eq!(read, json!({"dataBase64": "eA=="}));
+    // A sparse file past the limit is refused whole, without reading it.
+    let big = std::fs::File::create(dir.join("big")).unwrap();
+    big.set_len(536870913).unwrap();
     assert_eq!(
-        h.error("fs/readFile", json!({"path": p(&dir.join("small")), "length": 536870913u64}))
-            .await,
+        h.error("fs/readFile", json!({"path": p(&dir.join("big"))})).await,
         json!({"code": -32600, "message": "file is too large to read: limit is 536870912 bytes"})
     );
 }
