@@ -235,10 +235,14 @@ impl Started {
         }
         let program = command.program.display().to_string();
         let mut child = tokio::process::Command::from(std_command)
+            // The backstop if the reaper task never runs (its runtime shut down).
+            .kill_on_drop(true)
             .spawn()
             .map_err(|e| Error::io(format!("cannot start {program}"), e))?;
-        let pid = child.id().ok_or_else(|| Error::Protocol("server exited at once".into()))?;
-        let missing = || Error::Protocol("server stdio is not piped".into());
+        let pid = child
+            .id()
+            .ok_or_else(|| Error::Protocol(format!("server {program} exited as it started")))?;
+        let missing = || Error::Protocol(format!("the stdio of server {program} is not piped"));
         let stdin = child.stdin.take().ok_or_else(missing)?;
         let stdout = child.stdout.take().ok_or_else(missing)?;
         let stderr = child.stderr.take().ok_or_else(missing)?;
@@ -318,6 +322,11 @@ impl Drop for Launcher {
         let (pid, listening) = (self.pid, self.listening);
         let stderr = self.stderr.abort_handle();
         let reap = async move {
+            // Signal the group only while the server is unreaped: its pid is then still its own.
+            if matches!(child.try_wait(), Ok(Some(_))) {
+                stderr.abort();
+                return;
+            }
             if listening || tokio::time::timeout(DROP_GRACE, child.wait()).await.is_err() {
                 signal_group(pid, libc::SIGTERM);
                 if tokio::time::timeout(DROP_GRACE, child.wait()).await.is_err() {

@@ -100,7 +100,12 @@ impl ProcessTable {
     }
 
     /// `process/start`; `cwd` has already been checked by the caller.
-    pub(crate) fn start(&mut self, params: StartParams) -> Result<StartResult, ErrorObject> {
+    /// `process/start`; `cwd_dir`, when given, is the checked cwd the child enters.
+    pub(crate) fn start(
+        &mut self,
+        params: StartParams,
+        cwd_dir: Option<&std::os::fd::OwnedFd>,
+    ) -> Result<StartResult, ErrorObject> {
         if params.argv.is_empty() {
             return Err(ErrorObject::invalid_params("argv must not be empty"));
         }
@@ -135,12 +140,14 @@ impl ProcessTable {
                 params.process_id
             )));
         }
+        registry::reap_disowned();
         let serial = self.next_serial;
         self.next_serial += 1;
-        let entry = Entry::start(serial, &params, &self.events, self.limits.retained_bytes)
-            .map_err(|error| {
-                ErrorObject::internal(format!("failed to start `{}`: {error}", params.argv[0]))
-            })?;
+        let entry =
+            Entry::start(serial, &params, cwd_dir, &self.events, self.limits.retained_bytes)
+                .map_err(|error| {
+                    ErrorObject::internal(format!("failed to start `{}`: {error}", params.argv[0]))
+                })?;
         tracing::debug!(id = %params.process_id, pid = entry.pid, argv = ?params.argv, "started");
         self.ids.insert(serial, params.process_id.clone());
         self.entries.insert(params.process_id.clone(), entry);
@@ -296,6 +303,7 @@ impl ProcessTable {
                 });
                 tracing::debug!(%id, code = exit.code, signal = ?exit.signal, "exited");
                 entry.exited(exit, now);
+                registry::reap_disowned();
                 if entry.streams_open() {
                     self.timers.schedule(now + EXIT_DRAIN, Timer::ExitDrain(serial));
                 }

@@ -335,6 +335,20 @@ pub(crate) fn encode_output(process_id: &str, seq: u64, stream: Stream, bytes: &
     unsafe { String::from_utf8_unchecked(line) }
 }
 
+/// Encodes the `fs/readFile` result by hand, the data straight into the line;
+/// the same text [`encode_response`] makes.
+pub(crate) fn encode_read_file(id: &RequestId, data: &[u8]) -> String {
+    let id = serde_json::to_string(id).expect("an id always serializes");
+    let mut line = Vec::with_capacity(data.len().div_ceil(3) * 4 + id.len() + 40);
+    line.extend_from_slice(br#"{"id":"#);
+    line.extend_from_slice(id.as_bytes());
+    line.extend_from_slice(br#","result":{"dataBase64":""#);
+    base64_into(data, &mut line);
+    line.extend_from_slice(br#""}}"#);
+    // SAFETY: the JSON text of the id (serde_json writes UTF-8) and ASCII.
+    unsafe { String::from_utf8_unchecked(line) }
+}
+
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 /// Every 12-bit value as its two base64 characters.

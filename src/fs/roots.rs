@@ -97,18 +97,28 @@ impl Roots {
 
     /// Checks a process's `cwd` (already known to be absolute) and returns it
     /// cleaned, for the process to start in. With no roots it is returned as is.
-    pub(crate) fn check_cwd(&self, cwd: &Path) -> Result<PathBuf, ErrorObject> {
+    pub(crate) fn check_cwd(&self, cwd: &Path) -> Result<Cwd, ErrorObject> {
         if self.roots.is_empty() {
-            return Ok(cwd.to_path_buf());
+            return Ok(Cwd { path: cwd.to_path_buf(), dir: None });
         }
         let located = self.locate(cwd)?;
         match located.open(libc::O_PATH | libc::O_DIRECTORY) {
-            // A missing or non-directory cwd is left for the spawn to report; a
-            // loop or magic link (ELOOP) is refused with the escapes.
+            // A loop or magic link (ELOOP) is refused with the escapes.
             Err(e) if is_escape(&e) || e.raw_os_error() == Some(libc::ELOOP) => Err(outside(cwd)),
-            _ => Ok(clean(cwd)),
+            // The child enters the very directory checked (fchdir), never the path again.
+            Ok(dir) => Ok(Cwd { path: clean(cwd), dir: Some(dir) }),
+            // A missing or non-directory cwd is left for the spawn to report.
+            Err(_) => Ok(Cwd { path: clean(cwd), dir: None }),
         }
     }
+}
+
+/// A process's checked starting directory: its cleaned path and, under
+/// `--root`, the directory itself, opened (`O_PATH`) beneath a root.
+#[derive(Debug)]
+pub(crate) struct Cwd {
+    pub(crate) path: PathBuf,
+    pub(crate) dir: Option<std::os::fd::OwnedFd>,
 }
 
 // The server shares one `Roots` between blocking fs calls (`Arc<Roots>`).

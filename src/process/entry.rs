@@ -79,6 +79,7 @@ impl Entry {
     pub(crate) fn start(
         serial: u64,
         params: &StartParams,
+        cwd_dir: Option<&std::os::fd::OwnedFd>,
         events: &mpsc::Sender<ProcEvent>,
         retained_bytes: usize,
     ) -> std::io::Result<Entry> {
@@ -86,6 +87,7 @@ impl Entry {
             argv: &params.argv,
             arg0: params.arg0.as_deref(),
             cwd: &params.cwd,
+            cwd_dir,
             env: &params.env,
             tty: params.tty.then(|| params.size.unwrap_or_default()),
             pipe_stdin: params.pipe_stdin,

@@ -168,7 +168,9 @@ pub(crate) fn start(
 /// A non-blocking duplicate of the pty master. The flag is shared with the
 /// master's own descriptor, which is only used for resizes.
 fn dup_master(master: &dyn MasterPty) -> io::Result<OwnedFd> {
-    let fd = master.as_raw_fd().ok_or_else(|| io::Error::other("terminal has no descriptor"))?;
+    let fd = master
+        .as_raw_fd()
+        .ok_or_else(|| io::Error::other("the pseudo-terminal master has no descriptor"))?;
     // SAFETY: the master owns `fd` and outlives this call; the dup is ours.
     let owned = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()?;
     // SAFETY: fcntl on a descriptor we own.

@@ -53,9 +53,48 @@ pub(crate) fn reaped(pid: u32) {
     }
 }
 
-/// The connection gave up on `pid` without reaping it: the orphan reaper may.
+/// Children killed but not yet dead when their connection let go of them, by
+/// pidfd (safe against pid reuse), reaped by [`reap_disowned`].
+static DISOWNED: Mutex<Vec<std::os::fd::OwnedFd>> = Mutex::new(Vec::new());
+
+/// The connection gave up on `pid` (killed, still unreaped): it is no longer a
+/// leader, and it is reaped later by [`reap_disowned`], which every connection
+/// runs on each exit and start, so embedders get no zombies either.
 pub(crate) fn disown(pid: u32) {
+    // The pid is still our unreaped child here, so the pidfd names it.
+    let pidfd = tree::pidfd_open(pid);
     reaped(pid);
+    if let Ok(pidfd) = pidfd {
+        disowned().push(pidfd);
+    }
+}
+
+/// Reaps the disowned children that have exited (never blocks).
+pub(crate) fn reap_disowned() {
+    let mut list = disowned();
+    if list.is_empty() {
+        return;
+    }
+    list.retain(|pidfd| {
+        use std::os::fd::AsRawFd;
+        // SAFETY: siginfo_t is plain data; waitid fills it in.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: a pidfd we own; WNOHANG never blocks.
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_PIDFD,
+                pidfd.as_raw_fd() as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG,
+            )
+        };
+        // SAFETY: the fields are valid after a successful waitid.
+        rc == 0 && unsafe { info.si_pid() } == 0
+    });
+}
+
+fn disowned() -> MutexGuard<'static, Vec<std::os::fd::OwnedFd>> {
+    DISOWNED.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The connection forgot `pid`: the watcher need not kill its session any more.
@@ -136,6 +175,7 @@ fn lock() -> MutexGuard<'static, Option<HashSet<u32>>> {
 fn tell(watcher: &Mutex<File>, line: &str) {
     let mut pipe = watcher.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Err(error) = pipe.write_all(line.as_bytes()) {
-        tracing::warn!(%error, "telling the watcher about a process failed");
+        // The pipe is non-blocking: a stuck watcher costs this one message, logged.
+        tracing::warn!(%error, message = line.trim_end(), "telling the watcher failed; a SIGKILLed server would leave this session");
     }
 }

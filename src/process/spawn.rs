@@ -30,6 +30,8 @@ pub(crate) struct SpawnRequest<'a> {
     pub(crate) argv: &'a [String],
     pub(crate) arg0: Option<&'a str>,
     pub(crate) cwd: &'a Path,
+    /// The checked cwd, entered with `fchdir` instead of `cwd` (under `--root`).
+    pub(crate) cwd_dir: Option<&'a OwnedFd>,
     pub(crate) env: &'a BTreeMap<String, String>,
     pub(crate) tty: Option<TtySize>,
     pub(crate) pipe_stdin: bool,
@@ -55,7 +57,6 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> io::Result<Spawned> {
     command
         .args(&request.argv[1..])
         .arg0(request.arg0.unwrap_or(program))
-        .current_dir(request.cwd)
         .env_clear()
         .envs(request.env);
     let (io_setup, master) = match request.tty {
@@ -76,12 +77,19 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> io::Result<Spawned> {
             (true, Some(master))
         }
     };
+    let cwd_dir = match request.cwd_dir {
+        Some(dir) => Some(std::os::fd::AsRawFd::as_raw_fd(dir)),
+        None => {
+            command.current_dir(request.cwd);
+            None
+        }
+    };
     let parent = std::process::id();
     // SAFETY: `parent` is captured by value; the hook calls only async-signal-safe
     // functions (setsid, ioctl, prctl, getppid) and builds errors from raw errno
     // values, which does not allocate.
     unsafe {
-        command.pre_exec(move || in_child(io_setup, parent));
+        command.pre_exec(move || in_child(io_setup, cwd_dir, parent));
     }
     // Held across the fork: the orphan reaper must not reap this child before it is known.
     let registry = registry::lock_for_spawn();
@@ -130,9 +138,15 @@ pub(crate) fn reap(pid: u32) -> bool {
 
 /// Runs in the forked child before exec: only async-signal-safe calls, and
 /// errors made from raw errno values (no allocation).
-fn in_child(tty: bool, parent: u32) -> io::Result<()> {
-    // SAFETY: plain syscalls in the forked child, before exec.
+fn in_child(tty: bool, cwd_dir: Option<std::os::fd::RawFd>, parent: u32) -> io::Result<()> {
+    // SAFETY: plain syscalls in the forked child, before exec; `cwd_dir` is a
+    // descriptor the parent keeps open until spawn returns.
     unsafe {
+        if let Some(dir) = cwd_dir {
+            if libc::fchdir(dir) == -1 {
+                return Err(io::Error::last_os_error());
+            }
+        }
         if libc::setsid() == -1 {
             return Err(io::Error::last_os_error());
         }

@@ -24,7 +24,7 @@ fn start_sleep(table: &mut ProcessTable, id: &str) {
         "processId": id, "argv": ["sleep", "100"], "cwd": "/", "env": {"PATH": "/usr/bin:/bin"},
     }))
     .unwrap();
-    table.start(params).unwrap();
+    table.start(params, None).unwrap();
 }
 
 fn waiting_read(id: &str, after: u64) -> ReadParams {
@@ -105,7 +105,7 @@ fn start(table: &mut ProcessTable, id: &str, argv: &[&str]) {
         "processId": id, "argv": argv, "cwd": "/", "env": {"PATH": "/usr/bin:/bin"},
     }))
     .unwrap();
-    table.start(params).unwrap();
+    table.start(params, None).unwrap();
 }
 
 fn exited(serial: u64) -> ProcEvent {

@@ -36,7 +36,8 @@ pub(crate) fn start() -> io::Result<()> {
     match unsafe { libc::fork() } {
         -1 => Err(io::Error::last_os_error()),
         0 => {
-            // SAFETY: the child owns its copies; it never returns from watch().
+            // SAFETY: the child owns its copy of the write end and closes it; it then
+            // watches and ends with _exit below, never returning into the server's code.
             unsafe { libc::close(write_end) };
             let code = match detach(read_end) {
                 Ok(pipe) => {

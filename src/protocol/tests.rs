@@ -188,3 +188,16 @@ fn table_base64_matches_the_base64_crate() {
         assert_eq!(&ours[6..], theirs.as_bytes(), "length {len}");
     }
 }
+
+#[test]
+fn hand_encoded_read_file_result_matches_the_generic_encoder() {
+    for (id, data) in [
+        (RequestId::from(7), b"".to_vec()),
+        (RequestId::from("a\"b"), b"hello".to_vec()),
+        (RequestId::from(-1), (0..=255).collect::<Vec<u8>>()),
+    ] {
+        let result: Result<ReadFileResult, ErrorObject> =
+            Ok(ReadFileResult { data_base64: Base64(data.clone()) });
+        assert_eq!(encode_read_file(&id, &data), encode_response(&id, &result));
+    }
+}

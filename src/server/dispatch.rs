@@ -114,7 +114,7 @@ impl State {
             ProcessStart::NAME => call::<ProcessStart>(&id, params, |p| {
                 ProcessTable::check_cwd(&p.cwd)?;
                 let cwd = roots.check_cwd(&p.cwd)?;
-                table.start(StartParams { cwd, ..p })
+                table.start(StartParams { cwd: cwd.path, ..p }, cwd.dir.as_ref())
             }),
             ProcessRead::NAME => {
                 let outcome = decode::<ProcessRead>(params)
@@ -209,7 +209,7 @@ pub(super) fn reply<M: Method>(id: &RequestId, result: Result<M::Result, ErrorOb
     encode_response(id, &result)
 }
 
-fn call<M: Method>(
+pub(super) fn call<M: Method>(
     id: &RequestId,
     params: Value,
     handler: impl FnOnce(M::Params) -> Result<M::Result, ErrorObject>,

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::task::{Id, JoinSet};
 
-use super::dispatch::{decode, reply};
+use super::dispatch::{call, decode, reply};
 use crate::fs::{self, Roots};
 use crate::protocol::*;
 
@@ -27,6 +27,12 @@ const FS_IN_FLIGHT: usize = 4;
 const FS_QUEUED: usize = 64;
 /// Bytes of waiting fs requests; beyond, a call is refused at once.
 const FS_QUEUED_BYTES: usize = 64 * 1024 * 1024;
+
+struct Running {
+    id: RequestId,
+    method: String,
+    paths: Vec<PathBuf>,
+}
 
 struct Job {
     id: RequestId,
@@ -41,7 +47,8 @@ struct Job {
 pub(super) struct FsCalls {
     roots: Arc<Roots>,
     running: JoinSet<String>,
-    running_paths: HashMap<Id, Vec<PathBuf>>,
+    /// What each running call is, to order later calls and to answer it if it panics.
+    running_paths: HashMap<Id, Running>,
     queue: VecDeque<Job>,
     queued_bytes: usize,
 }
@@ -109,10 +116,15 @@ impl FsCalls {
                     return line;
                 }
                 Some(Err(error)) => {
-                    // A panic in a handler is a bug; the request stays unanswered.
+                    // A panic in a handler is a bug; the client still gets an answer.
                     tracing::error!(%error, "an fs call failed");
-                    self.running_paths.remove(&error.id());
+                    let running = self.running_paths.remove(&error.id());
                     self.start_queued();
+                    if let Some(Running { id, method, .. }) = running {
+                        let error =
+                            ErrorObject::internal(format!("{method} failed: internal error"));
+                        return encode_response::<Empty>(&id, &Err(error));
+                    }
                 }
                 None => std::future::pending().await,
             }
@@ -124,7 +136,7 @@ impl FsCalls {
         let mut index = 0;
         while index < self.queue.len() && self.running.len() < FS_IN_FLIGHT {
             let paths = &self.queue[index].paths;
-            let blocked = self.running_paths.values().any(|other| overlap(paths, other))
+            let blocked = self.running_paths.values().any(|other| overlap(paths, &other.paths))
                 || self.queue.iter().take(index).any(|earlier| overlap(paths, &earlier.paths));
             if blocked {
                 index += 1;
@@ -132,10 +144,14 @@ impl FsCalls {
             }
             let Some(mut job) = self.queue.remove(index) else { return };
             self.queued_bytes -= job.bytes;
-            let paths = std::mem::take(&mut job.paths);
+            let running = Running {
+                id: job.id.clone(),
+                method: job.method.clone(),
+                paths: std::mem::take(&mut job.paths),
+            };
             let roots = self.roots.clone();
             let task = self.running.spawn_blocking(move || run(&roots, job));
-            self.running_paths.insert(task.id(), paths);
+            self.running_paths.insert(task.id(), running);
         }
     }
 }
@@ -144,7 +160,11 @@ impl FsCalls {
 fn run(roots: &Roots, job: Job) -> String {
     let Job { id, method, params, .. } = job;
     match method.as_str() {
-        ReadFile::NAME => call::<ReadFile>(&id, params, |p| fs::read_file(roots, p)),
+        // The bulk path: the data is encoded straight into the reply line.
+        ReadFile::NAME => match decode::<ReadFile>(params).and_then(|p| fs::read_file(roots, p)) {
+            Ok(result) => encode_read_file(&id, &result.data_base64.0),
+            Err(error) => reply::<ReadFile>(&id, Err(error)),
+        },
         WriteFile::NAME => call::<WriteFile>(&id, params, |p| fs::write_file(roots, p)),
         CreateDirectory::NAME => {
             call::<CreateDirectory>(&id, params, |p| fs::create_directory(roots, p))
@@ -162,14 +182,6 @@ fn run(roots: &Roots, job: Job) -> String {
             )),
         ),
     }
-}
-
-fn call<M: Method>(
-    id: &RequestId,
-    params: Value,
-    handler: impl FnOnce(M::Params) -> Result<M::Result, ErrorObject>,
-) -> String {
-    reply::<M>(id, decode::<M>(params).and_then(handler))
 }
 
 /// The paths a request names (strings or base64 twins), cleaned lexically.
