@@ -13,12 +13,14 @@ mod pumps;
 mod registry;
 mod signal;
 mod spawn;
+mod spawner;
 mod timers;
 mod tree;
 mod watcher;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -33,6 +35,7 @@ use self::signal::Signal;
 use self::timers::{Timer, TimerKey, Timers};
 use self::tree::Session;
 pub(crate) use self::watcher::start as start_watcher;
+use crate::fs::Roots;
 use crate::protocol::{
     encode_response, ErrorObject, ListResult, ReadParams, ReadResult, ResizeParams, RunningResult,
     SandboxMode, SignalParams, StartParams, StartResult, TerminateParams, WriteParams, WriteResult,
@@ -61,6 +64,14 @@ pub(crate) enum ReadOutcome {
     Parked,
 }
 
+/// A `process/start` whose spawn runs on the spawner thread.
+struct Starting {
+    request: crate::protocol::RequestId,
+    serial: u64,
+    params: StartParams,
+    outcome: tokio::sync::oneshot::Receiver<spawner::Outcome>,
+}
+
 struct ParkedRead {
     request: crate::protocol::RequestId,
     serial: u64,
@@ -80,6 +91,10 @@ pub(crate) struct ProcessTable {
     parked_by_process: HashMap<u64, BTreeSet<u64>>,
     /// `/proc` sweeps in flight (blocking tasks); each yields how many it signalled.
     sweeps: JoinSet<usize>,
+    /// The start waiting for the spawner, if any.
+    starting: Option<Starting>,
+    /// The connection is ending: anything still starting is killed once started.
+    closing: bool,
     limits: Limits,
 }
 
@@ -95,17 +110,21 @@ impl ProcessTable {
             parked: HashMap::new(),
             parked_by_process: HashMap::new(),
             sweeps: JoinSet::new(),
+            starting: None,
+            closing: false,
             limits,
         }
     }
 
-    /// `process/start`; `cwd` has already been checked by the caller.
-    /// `process/start`; `cwd_dir`, when given, is the checked cwd the child enters.
-    pub(crate) fn start(
+    /// `process/start`, first half: checks the params, then hands the cwd check
+    /// and the fork to the spawner thread. The reply comes from
+    /// [`ProcessTable::next_started`]; until then [`ProcessTable::is_starting`].
+    pub(crate) fn begin_start(
         &mut self,
+        request: crate::protocol::RequestId,
         params: StartParams,
-        cwd_dir: Option<&std::os::fd::OwnedFd>,
-    ) -> Result<StartResult, ErrorObject> {
+        roots: Arc<Roots>,
+    ) -> Result<(), ErrorObject> {
         if params.argv.is_empty() {
             return Err(ErrorObject::invalid_params("argv must not be empty"));
         }
@@ -143,15 +162,77 @@ impl ProcessTable {
         registry::reap_disowned();
         let serial = self.next_serial;
         self.next_serial += 1;
-        let entry =
-            Entry::start(serial, &params, cwd_dir, &self.events, self.limits.retained_bytes)
-                .map_err(|error| {
-                    ErrorObject::internal(format!("failed to start `{}`: {error}", params.argv[0]))
-                })?;
-        tracing::debug!(id = %params.process_id, pid = entry.pid, argv = ?params.argv, "started");
-        self.ids.insert(serial, params.process_id.clone());
-        self.entries.insert(params.process_id.clone(), entry);
-        Ok(StartResult { process_id: params.process_id })
+        let work_params = params.clone();
+        let outcome = spawner::submit(Box::new(move || {
+            let cwd = roots.check_cwd(&work_params.cwd)?;
+            let params = StartParams { cwd: cwd.path, ..work_params };
+            Entry::spawn(&params, cwd.dir.as_ref()).map_err(|error| {
+                ErrorObject::internal(format!("failed to start `{}`: {error}", params.argv[0]))
+            })
+        }));
+        self.starting = Some(Starting { request, serial, params, outcome });
+        Ok(())
+    }
+
+    /// Whether a start waits for the spawner (later process requests wait too).
+    pub(crate) fn is_starting(&self) -> bool {
+        self.starting.is_some()
+    }
+
+    /// What the table's own background work finished: a start (its encoded
+    /// reply) or a `/proc` sweep (`None`). Pending forever while none runs.
+    pub(crate) async fn next_done(&mut self) -> Option<String> {
+        let starting = async {
+            match self.starting.as_mut() {
+                Some(starting) => (&mut starting.outcome).await,
+                None => std::future::pending().await,
+            }
+        };
+        let swept = async {
+            match self.sweeps.join_next().await {
+                Some(Ok(count)) => tracing::trace!(count, "sweep signalled processes"),
+                Some(Err(error)) => tracing::warn!(%error, "a process sweep failed"),
+                None => std::future::pending().await,
+            }
+        };
+        let outcome = tokio::select! {
+            outcome = starting => outcome,
+            () = swept => return None,
+        };
+        Some(self.finish_start(outcome))
+    }
+
+    /// `process/start`, second half: the entry and the encoded reply.
+    fn finish_start(
+        &mut self,
+        outcome: Result<spawner::Outcome, tokio::sync::oneshot::error::RecvError>,
+    ) -> String {
+        let Some(Starting { request, serial, params, .. }) = self.starting.take() else {
+            return String::new();
+        };
+        let outcome = outcome
+            .unwrap_or_else(|_| Err(ErrorObject::internal("the spawner thread is gone")))
+            .and_then(|spawned| {
+                Entry::start(serial, &params, spawned, &self.events, self.limits.retained_bytes)
+                    .map_err(|error| {
+                        ErrorObject::internal(format!(
+                            "failed to start `{}`: {error}",
+                            params.argv[0]
+                        ))
+                    })
+            });
+        let result = outcome.map(|entry| {
+            tracing::debug!(id = %params.process_id, pid = entry.pid, argv = ?params.argv, "started");
+            if self.closing {
+                // The connection ended while it started: it goes at once.
+                let session = entry.signal_tree(&[Signal::KILL]);
+                self.sweep(vec![session], &[Signal::KILL]);
+            }
+            self.ids.insert(serial, params.process_id.clone());
+            self.entries.insert(params.process_id.clone(), entry);
+            StartResult { process_id: params.process_id.clone() }
+        });
+        encode_response(&request, &result)
     }
 
     /// `process/read`. A read with `waitMs` and nothing to return is parked.
@@ -346,18 +427,10 @@ impl ProcessTable {
 
     /// Kills every process group and session (connection end), in one sweep.
     pub(crate) fn kill_all(&mut self) {
+        self.closing = true;
         let sessions: Vec<Session> =
             self.entries.values().map(|entry| entry.signal_tree(&[Signal::KILL])).collect();
         self.sweep(sessions, &[Signal::KILL]);
-    }
-
-    /// Completes when a `/proc` sweep finishes; pending forever when none runs.
-    pub(crate) async fn next_sweep(&mut self) {
-        match self.sweeps.join_next().await {
-            Some(Ok(count)) => tracing::trace!(count, "sweep signalled processes"),
-            Some(Err(error)) => tracing::warn!(%error, "a process sweep failed"),
-            None => std::future::pending().await,
-        }
     }
 
     /// Timers and parked reads held (for tests of cancellation).
@@ -368,7 +441,7 @@ impl ProcessTable {
 
     /// No process is running or has undelivered notifications.
     pub(crate) fn is_settled(&self) -> bool {
-        self.entries.values().all(Entry::is_settled)
+        self.starting.is_none() && self.entries.values().all(Entry::is_settled)
     }
 
     /// Answers every parked read with what there is now.

@@ -128,8 +128,10 @@ pub(crate) async fn serve<S>(
 where
     S: Future<Output = ()>,
 {
-    let Channels { mut incoming, outgoing: lines, reader: reader_task, writer: writer_task } =
-        channels;
+    let Channels { mut incoming, outgoing: lines, reader, writer } = channels;
+    // If this future is dropped midway, the transport's tasks go with it.
+    let reader_task = AbortOnDrop(reader);
+    let mut writer_task = AbortOnDrop(writer);
     let (events_tx, mut events) = mpsc::channel(EVENT_QUEUE);
     let limits = Limits {
         max_processes: config.max_processes,
@@ -159,7 +161,11 @@ where
             },
             Some(event) = events.recv(), if room => state.table.on_event(event, Instant::now(), &mut out),
             line = state.fs.next_reply() => out.push(line),
-            () = state.table.next_sweep() => {}
+            done = state.table.next_done() => {
+                if let Some(line) = done {
+                    state.on_started(line, &mut out);
+                }
+            }
             permit = lines.reserve(), if outbox.has_lines() => match permit {
                 Ok(permit) => outbox.send(permit, &lines),
                 Err(_) => {
@@ -199,17 +205,24 @@ where
     // Dropping the state kills what is left; fs calls still in a syscall are abandoned.
     drop(state);
     drop(lines);
-    reader_task.abort();
-    let mut writer_task = writer_task;
-    match tokio::time::timeout(FINAL_FLUSH, &mut writer_task).await {
+    drop(reader_task);
+    match tokio::time::timeout(FINAL_FLUSH, &mut writer_task.0).await {
         // The client closing its end is how a connection may end; not an error.
         Ok(Ok(Err(error))) if error.kind() == io::ErrorKind::BrokenPipe => Ok(()),
         Ok(Ok(result)) => result,
         Ok(Err(error)) => Err(io::Error::other(error)),
         Err(_) => {
             tracing::warn!("the client stopped reading; leaving its last replies unsent");
-            writer_task.abort();
             Ok(())
         }
+    }
+}
+
+/// A task aborted when its handle is dropped: the loop owns its transport's tasks.
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

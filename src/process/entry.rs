@@ -17,7 +17,7 @@ use super::output::OutputLog;
 use super::pumps::{self, ProcEvent, StdinQueue};
 use super::registry;
 use super::signal::{signal_group, ExitInfo, Signal};
-use super::spawn::{self, SpawnRequest};
+use super::spawn::{self, SpawnRequest, Spawned};
 use super::tree::{self, Session};
 use crate::protocol::{
     encode_notification, encode_output, ClosedParams, ExitedParams, ProcessClosed, ProcessExited,
@@ -75,14 +75,11 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    /// Spawns the process and starts its tasks.
-    pub(crate) fn start(
-        serial: u64,
+    /// Spawns the process (on the calling thread: the spawner's).
+    pub(crate) fn spawn(
         params: &StartParams,
         cwd_dir: Option<&std::os::fd::OwnedFd>,
-        events: &mpsc::Sender<ProcEvent>,
-        retained_bytes: usize,
-    ) -> std::io::Result<Entry> {
+    ) -> std::io::Result<Spawned> {
         let request = SpawnRequest {
             argv: &params.argv,
             arg0: params.arg0.as_deref(),
@@ -92,7 +89,17 @@ impl Entry {
             tty: params.tty.then(|| params.size.unwrap_or_default()),
             pipe_stdin: params.pipe_stdin,
         };
-        let spawned = spawn::spawn(&request)?;
+        spawn::spawn(&request)
+    }
+
+    /// Starts the tasks of a spawned process (on the loop; never blocks).
+    pub(crate) fn start(
+        serial: u64,
+        params: &StartParams,
+        spawned: Spawned,
+        events: &mpsc::Sender<ProcEvent>,
+        retained_bytes: usize,
+    ) -> std::io::Result<Entry> {
         let pid = spawned.pid;
         let mut tasks = JoinSet::new();
         let handles = match pumps::start(serial, pid, spawned.pidfd, spawned.io, events, &mut tasks)

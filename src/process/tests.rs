@@ -6,7 +6,10 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use std::sync::Arc;
+
 use super::*;
+use crate::fs::Roots;
 use crate::protocol::{RequestId, Stream};
 
 fn table() -> (ProcessTable, mpsc::Receiver<ProcEvent>) {
@@ -19,12 +22,8 @@ fn table() -> (ProcessTable, mpsc::Receiver<ProcEvent>) {
     (ProcessTable::new(events, limits), receiver)
 }
 
-fn start_sleep(table: &mut ProcessTable, id: &str) {
-    let params = serde_json::from_value(json!({
-        "processId": id, "argv": ["sleep", "100"], "cwd": "/", "env": {"PATH": "/usr/bin:/bin"},
-    }))
-    .unwrap();
-    table.start(params, None).unwrap();
+async fn start_sleep(table: &mut ProcessTable, id: &str) {
+    start(table, id, &["sleep", "100"]).await;
 }
 
 fn waiting_read(id: &str, after: u64) -> ReadParams {
@@ -39,7 +38,7 @@ fn waiting_read(id: &str, after: u64) -> ReadParams {
 #[tokio::test]
 async fn reads_answered_early_leave_no_timer_or_parked_entry() {
     let (mut table, _events) = table();
-    start_sleep(&mut table, "p");
+    start_sleep(&mut table, "p").await;
     let now = Instant::now();
     let mut out = Vec::new();
     for seq in 0..1000_u64 {
@@ -59,7 +58,7 @@ async fn reads_answered_early_leave_no_timer_or_parked_entry() {
 #[tokio::test]
 async fn parked_reads_are_bounded_per_connection() {
     let (mut table, _events) = table();
-    start_sleep(&mut table, "p");
+    start_sleep(&mut table, "p").await;
     let now = Instant::now();
     for n in 0..MAX_PARKED {
         table.read(RequestId::from(n as i64), waiting_read("p", 0), now).unwrap();
@@ -82,7 +81,7 @@ async fn parked_reads_are_bounded_per_connection() {
 #[tokio::test(start_paused = true)]
 async fn a_waiting_read_is_answered_empty_at_its_deadline() {
     let (mut table, _events) = table();
-    start_sleep(&mut table, "p");
+    start_sleep(&mut table, "p").await;
     let start = Instant::now();
     let mut params = waiting_read("p", 0);
     params.wait_ms = Some(1500);
@@ -100,12 +99,14 @@ async fn a_waiting_read_is_answered_empty_at_its_deadline() {
     table.kill_all();
 }
 
-fn start(table: &mut ProcessTable, id: &str, argv: &[&str]) {
+async fn start(table: &mut ProcessTable, id: &str, argv: &[&str]) {
     let params = serde_json::from_value(json!({
         "processId": id, "argv": argv, "cwd": "/", "env": {"PATH": "/usr/bin:/bin"},
     }))
     .unwrap();
-    table.start(params, None).unwrap();
+    table.begin_start(RequestId::from(0), params, Arc::new(Roots::default())).unwrap();
+    let reply = table.next_done().await.unwrap();
+    assert!(reply.starts_with(r#"{"id":0,"result":"#), "{reply}");
 }
 
 fn exited(serial: u64) -> ProcEvent {
@@ -115,7 +116,7 @@ fn exited(serial: u64) -> ProcEvent {
 #[tokio::test]
 async fn exit_waits_up_to_250_ms_for_the_streams_then_is_reported() {
     let (mut table, _events) = table();
-    start_sleep(&mut table, "p");
+    start_sleep(&mut table, "p").await;
     let t0 = Instant::now();
     let mut out = Vec::new();
     table.on_event(exited(1), t0, &mut out);
@@ -133,7 +134,7 @@ async fn exit_waits_up_to_250_ms_for_the_streams_then_is_reported() {
 #[tokio::test]
 async fn an_exited_id_is_reserved_for_30_s_then_forgotten() {
     let (mut table, _events) = table();
-    start_sleep(&mut table, "p");
+    start_sleep(&mut table, "p").await;
     let t0 = Instant::now();
     let mut out = Vec::new();
     table.on_event(ProcEvent::StreamEnd { serial: 1 }, t0, &mut out);
@@ -144,14 +145,15 @@ async fn an_exited_id_is_reserved_for_30_s_then_forgotten() {
     assert_eq!(table.list().processes.len(), 1);
     table.on_timers(t0 + Duration::from_secs(30), &mut out);
     assert_eq!(table.list().processes.len(), 0);
-    start(&mut table, "p", &["true"]);
+    start(&mut table, "p", &["true"]).await;
     table.kill_all();
 }
 
 #[tokio::test]
 async fn grace_ends_with_sigkill_to_the_group_at_its_deadline() {
     let (mut table, mut events) = table();
-    start(&mut table, "g", &["sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"]);
+    start(&mut table, "g", &["sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"])
+        .await;
     let pid = table.list().processes[0].pid;
     // The trap is set once the shell speaks.
     let ready = tokio::time::timeout(Duration::from_secs(20), events.recv()).await.unwrap();

@@ -3,6 +3,7 @@
 //! Process requests are handled here, on the loop, in arrival order (none of
 //! them blocks); fs requests are handed to [`FsCalls`] and answered when done.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -13,6 +14,9 @@ use crate::fs::Roots;
 use crate::process::{ProcessTable, ReadOutcome};
 use crate::protocol::*;
 use crate::transport::Incoming;
+
+/// Process requests that may wait behind a start; beyond, they are refused.
+const MAX_WAITING: usize = 4096;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -28,6 +32,8 @@ enum Phase {
 pub(super) struct State {
     phase: Phase,
     roots: Arc<Roots>,
+    /// Process requests that arrived while a start was under way, in order.
+    waiting: VecDeque<Request>,
     pub(super) table: ProcessTable,
     pub(super) fs: FsCalls,
 }
@@ -35,7 +41,13 @@ pub(super) struct State {
 impl State {
     pub(super) fn new(roots: Roots, table: ProcessTable) -> State {
         let roots = Arc::new(roots);
-        State { phase: Phase::New, fs: FsCalls::new(roots.clone()), roots, table }
+        State {
+            phase: Phase::New,
+            fs: FsCalls::new(roots.clone()),
+            roots,
+            waiting: VecDeque::new(),
+            table,
+        }
     }
 
     /// Handles one input message; encoded replies go to `out` (fs replies come later).
@@ -90,6 +102,18 @@ impl State {
         }
     }
 
+    /// A start finished (its reply is `line`): the requests that waited behind
+    /// it take effect now, in order, until another start is under way.
+    pub(super) fn on_started(&mut self, line: String, out: &mut Vec<String>) {
+        out.push(line);
+        while !self.table.is_starting() {
+            let Some(request) = self.waiting.pop_front() else { break };
+            if let Some(reply) = self.on_request(request, 0) {
+                out.push(reply);
+            }
+        }
+    }
+
     /// The encoded response to a request, or `None` when it is answered later
     /// (a waiting read, an fs call).
     fn on_request(&mut self, request: Request, bytes: usize) -> Option<String> {
@@ -108,14 +132,30 @@ impl State {
         if method.starts_with("fs/") {
             return self.fs.submit(id, method, params, bytes);
         }
+        if self.table.is_starting() {
+            // Process requests take effect in arrival order: behind the start.
+            if self.waiting.len() >= MAX_WAITING {
+                let error = ErrorObject::invalid_request(format!(
+                    "too many requests wait for a process/start to finish (the limit is {MAX_WAITING})"
+                ));
+                return Some(error_reply(&id, error));
+            }
+            self.waiting.push_back(Request { id, method, params });
+            return None;
+        }
         let roots = &self.roots;
         let table = &mut self.table;
         let line = match method.as_str() {
-            ProcessStart::NAME => call::<ProcessStart>(&id, params, |p| {
-                ProcessTable::check_cwd(&p.cwd)?;
-                let cwd = roots.check_cwd(&p.cwd)?;
-                table.start(StartParams { cwd: cwd.path, ..p }, cwd.dir.as_ref())
-            }),
+            ProcessStart::NAME => {
+                let started = decode::<ProcessStart>(params).and_then(|p| {
+                    ProcessTable::check_cwd(&p.cwd)?;
+                    table.begin_start(id.clone(), p, roots.clone())
+                });
+                match started {
+                    Ok(()) => return None,
+                    Err(error) => error_reply(&id, error),
+                }
+            }
             ProcessRead::NAME => {
                 let outcome = decode::<ProcessRead>(params)
                     .and_then(|p| table.read(id.clone(), p, Instant::now()));

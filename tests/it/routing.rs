@@ -178,3 +178,27 @@ async fn files_edge_cases_found_by_attack() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn requests_behind_a_start_wait_for_it_in_order() {
+    let mut h = Harness::ready().await;
+    // Sent back to back: the start is still in the spawner when the write arrives.
+    let start = h
+        .send_request(
+            "process/start",
+            crate::support::start_params("cat", &["cat"], json!({"pipeStdin": true})),
+        )
+        .await;
+    let write = h
+        .send_request(
+            "process/write",
+            json!({"processId": "cat", "chunk": b64(b"in order\n"), "closeStdin": true}),
+        )
+        .await;
+    let list = h.send_request("process/list", json!({})).await;
+    assert_eq!(h.response(start).await["result"], json!({"processId": "cat"}));
+    assert_eq!(h.response(write).await["result"], json!({"accepted": true}));
+    assert_eq!(h.response(list).await["result"]["processes"][0]["processId"], "cat");
+    let (output, exited) = h.output_and_exit("cat").await;
+    assert_eq!((output.as_slice(), exited["exitCode"].clone()), (&b"in order\n"[..], json!(0)));
+}
