@@ -18,7 +18,7 @@ mod timers;
 mod tree;
 mod watcher;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,8 +91,8 @@ pub(crate) struct ProcessTable {
     parked_by_process: HashMap<u64, BTreeSet<u64>>,
     /// `/proc` sweeps in flight (blocking tasks); each yields how many it signalled.
     sweeps: JoinSet<usize>,
-    /// The start waiting for the spawner, if any.
-    starting: Option<Starting>,
+    /// Starts handed to the spawner, oldest first (it finishes them in order).
+    starting: VecDeque<Starting>,
     /// The connection is ending: anything still starting is killed once started.
     closing: bool,
     limits: Limits,
@@ -110,7 +110,7 @@ impl ProcessTable {
             parked: HashMap::new(),
             parked_by_process: HashMap::new(),
             sweeps: JoinSet::new(),
-            starting: None,
+            starting: VecDeque::new(),
             closing: false,
             limits,
         }
@@ -140,13 +140,14 @@ impl ProcessTable {
                 "env name {name:?} is invalid: a name must be non-empty, without '=' or NUL"
             )));
         }
-        if self.entries.contains_key(&params.process_id) {
+        let starting = |id: &str| self.starting.iter().any(|s| s.params.process_id == id);
+        if self.entries.contains_key(&params.process_id) || starting(&params.process_id) {
             return Err(ErrorObject::invalid_request(format!(
                 "process {} already exists",
                 params.process_id
             )));
         }
-        let live = self.entries.values().filter(|e| e.is_running()).count();
+        let live = self.entries.values().filter(|e| e.is_running()).count() + self.starting.len();
         if live >= self.limits.max_processes {
             return Err(ErrorObject::invalid_request(format!(
                 "too many processes: the limit is {} live processes per connection",
@@ -170,20 +171,20 @@ impl ProcessTable {
                 ErrorObject::internal(format!("failed to start `{}`: {error}", params.argv[0]))
             })
         }));
-        self.starting = Some(Starting { request, serial, params, outcome });
+        self.starting.push_back(Starting { request, serial, params, outcome });
         Ok(())
     }
 
     /// Whether a start waits for the spawner (later process requests wait too).
     pub(crate) fn is_starting(&self) -> bool {
-        self.starting.is_some()
+        !self.starting.is_empty()
     }
 
     /// What the table's own background work finished: a start (its encoded
     /// reply) or a `/proc` sweep (`None`). Pending forever while none runs.
     pub(crate) async fn next_done(&mut self) -> Option<String> {
         let starting = async {
-            match self.starting.as_mut() {
+            match self.starting.front_mut() {
                 Some(starting) => (&mut starting.outcome).await,
                 None => std::future::pending().await,
             }
@@ -207,7 +208,7 @@ impl ProcessTable {
         &mut self,
         outcome: Result<spawner::Outcome, tokio::sync::oneshot::error::RecvError>,
     ) -> String {
-        let Some(Starting { request, serial, params, .. }) = self.starting.take() else {
+        let Some(Starting { request, serial, params, .. }) = self.starting.pop_front() else {
             return String::new();
         };
         let outcome = outcome
@@ -441,7 +442,7 @@ impl ProcessTable {
 
     /// No process is running or has undelivered notifications.
     pub(crate) fn is_settled(&self) -> bool {
-        self.starting.is_none() && self.entries.values().all(Entry::is_settled)
+        self.starting.is_empty() && self.entries.values().all(Entry::is_settled)
     }
 
     /// Answers every parked read with what there is now.

@@ -106,9 +106,12 @@ impl State {
     /// it take effect now, in order, until another start is under way.
     pub(super) fn on_started(&mut self, line: String, out: &mut Vec<String>) {
         out.push(line);
-        while !self.table.is_starting() {
-            let Some(request) = self.waiting.pop_front() else { break };
-            if let Some(reply) = self.on_request(request, 0) {
+        while let Some(next) = self.waiting.front() {
+            if self.table.is_starting() && next.method != ProcessStart::NAME {
+                break;
+            }
+            let Some(Request { id, method, params }) = self.waiting.pop_front() else { break };
+            if let Some(reply) = self.on_process_request(id, method, params) {
                 out.push(reply);
             }
         }
@@ -132,8 +135,11 @@ impl State {
         if method.starts_with("fs/") {
             return self.fs.submit(id, method, params, bytes);
         }
-        if self.table.is_starting() {
-            // Process requests take effect in arrival order: behind the start.
+        // Process requests take effect in arrival order: behind the starts under
+        // way (a start behind only starts goes to the spawner at once: it keeps
+        // their order), and behind anything already waiting.
+        let behind_starts = self.table.is_starting() && method != ProcessStart::NAME;
+        if behind_starts || !self.waiting.is_empty() {
             if self.waiting.len() >= MAX_WAITING {
                 let error = ErrorObject::invalid_request(format!(
                     "too many requests wait for a process/start to finish (the limit is {MAX_WAITING})"
@@ -143,6 +149,16 @@ impl State {
             self.waiting.push_back(Request { id, method, params });
             return None;
         }
+        self.on_process_request(id, method, params)
+    }
+
+    /// A process request whose turn has come.
+    fn on_process_request(
+        &mut self,
+        id: RequestId,
+        method: String,
+        params: Value,
+    ) -> Option<String> {
         let roots = &self.roots;
         let table = &mut self.table;
         let line = match method.as_str() {
