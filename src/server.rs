@@ -196,7 +196,7 @@ where
         }
     }
     state.table.answer_all_parked(&mut out);
-    state.fs.refuse_waiting(&mut out);
+    state.refuse_waiting(&mut out);
     outbox.extend(&mut out);
     let flushed = tokio::time::timeout(FINAL_FLUSH, outbox.flush(&lines)).await;
     if flushed.is_err() {

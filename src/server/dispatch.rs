@@ -17,6 +17,8 @@ use crate::transport::Incoming;
 
 /// Process requests that may wait behind a start; beyond, they are refused.
 const MAX_WAITING: usize = 4096;
+/// Bytes of process requests that may wait behind a start (writes carry data).
+const MAX_WAITING_BYTES: usize = 64 * 1024 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -32,8 +34,10 @@ enum Phase {
 pub(super) struct State {
     phase: Phase,
     roots: Arc<Roots>,
-    /// Process requests that arrived while a start was under way, in order.
-    waiting: VecDeque<Request>,
+    /// Process requests that arrived while a start was under way, in order,
+    /// with their sizes.
+    waiting: VecDeque<(Request, usize)>,
+    waiting_bytes: usize,
     pub(super) table: ProcessTable,
     pub(super) fs: FsCalls,
 }
@@ -46,6 +50,7 @@ impl State {
             fs: FsCalls::new(roots.clone()),
             roots,
             waiting: VecDeque::new(),
+            waiting_bytes: 0,
             table,
         }
     }
@@ -106,15 +111,32 @@ impl State {
     /// it take effect now, in order, until another start is under way.
     pub(super) fn on_started(&mut self, line: String, out: &mut Vec<String>) {
         out.push(line);
-        while let Some(next) = self.waiting.front() {
+        while let Some((next, _)) = self.waiting.front() {
             if self.table.is_starting() && next.method != ProcessStart::NAME {
                 break;
             }
-            let Some(Request { id, method, params }) = self.waiting.pop_front() else { break };
+            let Some((Request { id, method, params }, bytes)) = self.waiting.pop_front() else {
+                break;
+            };
+            self.waiting_bytes -= bytes;
             if let Some(reply) = self.on_process_request(id, method, params) {
                 out.push(reply);
             }
         }
+    }
+
+    /// Refuses what still waits (the connection is ending): process requests
+    /// behind a start, and fs calls not yet run.
+    pub(super) fn refuse_waiting(&mut self, out: &mut Vec<String>) {
+        for (request, _) in self.waiting.drain(..) {
+            let error = ErrorObject::invalid_request(format!(
+                "{} was not run: the connection is ending",
+                request.method
+            ));
+            out.push(error_reply(&request.id, error));
+        }
+        self.waiting_bytes = 0;
+        self.fs.refuse_waiting(out);
     }
 
     /// The encoded response to a request, or `None` when it is answered later
@@ -140,13 +162,14 @@ impl State {
         // their order), and behind anything already waiting.
         let behind_starts = self.table.is_starting() && method != ProcessStart::NAME;
         if behind_starts || !self.waiting.is_empty() {
-            if self.waiting.len() >= MAX_WAITING {
+            if self.waiting.len() >= MAX_WAITING || self.waiting_bytes + bytes > MAX_WAITING_BYTES {
                 let error = ErrorObject::invalid_request(format!(
-                    "too many requests wait for a process/start to finish (the limit is {MAX_WAITING})"
+                    "too many requests wait for a process/start to finish (the limit is {MAX_WAITING} requests or {MAX_WAITING_BYTES} bytes)"
                 ));
                 return Some(error_reply(&id, error));
             }
-            self.waiting.push_back(Request { id, method, params });
+            self.waiting_bytes += bytes;
+            self.waiting.push_back((Request { id, method, params }, bytes));
             return None;
         }
         self.on_process_request(id, method, params)
