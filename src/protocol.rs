@@ -349,6 +349,32 @@ pub(crate) fn encode_read_file(id: &RequestId, data: &[u8]) -> String {
     unsafe { String::from_utf8_unchecked(line) }
 }
 
+/// Each byte's 6-bit value in the base64 alphabet, or 0xff.
+static SEXTETS: [u8; 256] = {
+    let mut table = [0xffu8; 256];
+    let mut n = 0;
+    while n < 64 {
+        table[ALPHABET[n] as usize] = n as u8;
+        n += 1;
+    }
+    table
+};
+
+/// Decodes whole 4-character groups (no padding) onto `out`; false at the
+/// first byte outside the alphabet (the caller then lets the crate report it).
+fn decode_groups(text: &[u8], out: &mut Vec<u8>) -> bool {
+    for group in text.chunks_exact(4) {
+        let [a, b, c, d] =
+            [group[0], group[1], group[2], group[3]].map(|x| SEXTETS[usize::from(x)]);
+        if (a | b | c | d) == 0xff {
+            return false;
+        }
+        let n = (u32::from(a) << 18) | (u32::from(b) << 12) | (u32::from(c) << 6) | u32::from(d);
+        out.extend_from_slice(&[(n >> 16) as u8, (n >> 8) as u8, n as u8]);
+    }
+    true
+}
+
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 /// Every 12-bit value as its two base64 characters.
@@ -418,12 +444,31 @@ pub struct Base64(pub Vec<u8>);
 impl Base64 {
     /// Decodes standard base64 text.
     pub fn decode(text: &str) -> Result<Base64, base64::DecodeError> {
-        base64::engine::general_purpose::STANDARD.decode(text).map(Base64)
+        let engine = base64::engine::general_purpose::STANDARD;
+        // The bulk, all but the last group, through a table; the last group
+        // (padding, trailing bits) and any error through the base64 crate, so
+        // results and error messages are exactly its own.
+        let text = text.as_bytes();
+        let bulk = text.len().saturating_sub(4) / 4 * 4;
+        let mut bytes = Vec::with_capacity(text.len() / 4 * 3);
+        if !decode_groups(&text[..bulk], &mut bytes) {
+            return engine.decode(text).map(Base64);
+        }
+        match engine.decode(&text[bulk..]) {
+            Ok(tail) => {
+                bytes.extend_from_slice(&tail);
+                Ok(Base64(bytes))
+            }
+            Err(_) => engine.decode(text).map(Base64),
+        }
     }
 
     /// Encodes the bytes as standard base64 text.
     pub fn encode(&self) -> String {
-        base64::engine::general_purpose::STANDARD.encode(&self.0)
+        let mut text = Vec::new();
+        base64_into(&self.0, &mut text);
+        // SAFETY: base64_into writes only the ASCII base64 alphabet and '='.
+        unsafe { String::from_utf8_unchecked(text) }
     }
 }
 

@@ -201,3 +201,30 @@ fn hand_encoded_read_file_result_matches_the_generic_encoder() {
         assert_eq!(encode_read_file(&id, &data), encode_response(&id, &result));
     }
 }
+
+#[test]
+fn table_decoding_agrees_with_the_base64_crate() {
+    use base64::Engine as _;
+    let engine = base64::engine::general_purpose::STANDARD;
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for round in 0..3000 {
+        let len = (next() % 200) as usize;
+        let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        let mut text = engine.encode(&bytes).into_bytes();
+        // Every third round, damage one byte: results and errors must still agree.
+        if round % 3 == 0 && !text.is_empty() {
+            let at = (next() % text.len() as u64) as usize;
+            text[at] = b"!=A/+Qz\n"[(next() % 8) as usize];
+        }
+        let text = String::from_utf8(text).unwrap();
+        let ours = Base64::decode(&text).map(|b| b.0).map_err(|e| e.to_string());
+        let theirs = engine.decode(&text).map_err(|e| e.to_string());
+        assert_eq!(ours, theirs, "round {round}: {text:?}");
+    }
+}
