@@ -215,40 +215,43 @@ fn limit_heap_growth() {
     }
 }
 
-/// Completes on the first SIGTERM, SIGINT, SIGHUP (the hangup of `ssh -tt`)
-/// or SIGQUIT. SIGUSR1, SIGUSR2 and SIGALRM are logged and otherwise ignored (a handler,
-/// not SIG_IGN, so children do not inherit "ignored"); Rust already ignores SIGPIPE.
+/// Completes on the first SIGTERM, SIGINT, SIGHUP (the hangup of `ssh -tt`),
+/// SIGQUIT, SIGXCPU or SIGPWR. SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM,
+/// SIGPROF and SIGIO are logged and otherwise ignored; Rust already ignores SIGPIPE.
 fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut hup = signal(SignalKind::hangup())?;
-    let mut quit = signal(SignalKind::quit())?;
-    let mut usr1 = signal(SignalKind::user_defined1())?;
-    let mut usr2 = signal(SignalKind::user_defined2())?;
-    let mut alarm = signal(SignalKind::alarm())?;
+    // (signal, name, whether it ends the server); handlers, not SIG_IGN, so
+    // children start with every signal at its default.
+    // SIGXFSZ keeps its default: it marks a write past RLIMIT_FSIZE, a crash
+    // the watcher cleans up after (and the atomic-write test relies on).
+    let handled: [(libc::c_int, &str, bool); 12] = [
+        (libc::SIGTERM, "SIGTERM", true),
+        (libc::SIGINT, "SIGINT", true),
+        (libc::SIGHUP, "SIGHUP", true),
+        (libc::SIGQUIT, "SIGQUIT", true),
+        (libc::SIGXCPU, "SIGXCPU", true),
+        (libc::SIGPWR, "SIGPWR", true),
+        (libc::SIGUSR1, "SIGUSR1", false),
+        (libc::SIGUSR2, "SIGUSR2", false),
+        (libc::SIGALRM, "SIGALRM", false),
+        (libc::SIGVTALRM, "SIGVTALRM", false),
+        (libc::SIGPROF, "SIGPROF", false),
+        (libc::SIGIO, "SIGIO", false),
+    ];
+    let mut streams = Vec::with_capacity(handled.len());
+    for (number, name, ends) in handled {
+        streams.push((signal(SignalKind::from_raw(number))?, name, ends));
+    }
     Ok(async move {
         loop {
-            let name = tokio::select! {
-                _ = term.recv() => "SIGTERM",
-                _ = int.recv() => "SIGINT",
-                _ = hup.recv() => "SIGHUP",
-                _ = quit.recv() => "SIGQUIT",
-                _ = usr1.recv() => {
-                    tracing::info!("ignoring SIGUSR1");
-                    continue;
-                }
-                _ = usr2.recv() => {
-                    tracing::info!("ignoring SIGUSR2");
-                    continue;
-                }
-                _ = alarm.recv() => {
-                    tracing::info!("ignoring SIGALRM");
-                    continue;
-                }
-            };
-            tracing::info!(signal = name, "shutting down");
-            return;
+            let received = streams.iter_mut().map(|(stream, ..)| Box::pin(stream.recv()));
+            let (_, index, _) = futures_util::future::select_all(received).await;
+            let (_, name, ends) = streams[index];
+            if ends {
+                tracing::info!(signal = name, "shutting down");
+                return;
+            }
+            tracing::info!(signal = name, "ignoring the signal");
         }
     })
 }

@@ -64,6 +64,14 @@ pub(crate) enum ReadOutcome {
     Parked,
 }
 
+/// What [`ProcessTable::begin_start`] did with a valid start.
+pub(crate) enum Begun {
+    /// Handed to the spawner; the reply comes from [`ProcessTable::next_done`].
+    Spawning,
+    /// It depends on the starts under way: ask again when they are done.
+    MustWait,
+}
+
 /// A `process/start` whose spawn runs on the spawner thread.
 struct Starting {
     request: crate::protocol::RequestId,
@@ -93,6 +101,7 @@ pub(crate) struct ProcessTable {
     sweeps: JoinSet<usize>,
     /// Starts handed to the spawner, oldest first (it finishes them in order).
     starting: VecDeque<Starting>,
+    spawner: spawner::Spawner,
     /// The connection is ending: anything still starting is killed once started.
     closing: bool,
     limits: Limits,
@@ -111,6 +120,7 @@ impl ProcessTable {
             parked_by_process: HashMap::new(),
             sweeps: JoinSet::new(),
             starting: VecDeque::new(),
+            spawner: spawner::Spawner::default(),
             closing: false,
             limits,
         }
@@ -124,7 +134,7 @@ impl ProcessTable {
         request: crate::protocol::RequestId,
         params: StartParams,
         roots: Arc<Roots>,
-    ) -> Result<(), ErrorObject> {
+    ) -> Result<Begun, ErrorObject> {
         if params.argv.is_empty() {
             return Err(ErrorObject::invalid_params("argv must not be empty"));
         }
@@ -140,15 +150,26 @@ impl ProcessTable {
                 "env name {name:?} is invalid: a name must be non-empty, without '=' or NUL"
             )));
         }
-        let starting = |id: &str| self.starting.iter().any(|s| s.params.process_id == id);
-        if self.entries.contains_key(&params.process_id) || starting(&params.process_id) {
+        if let Some((name, _)) = params.env.iter().find(|(_, value)| value.contains('\0')) {
+            return Err(ErrorObject::invalid_params(format!(
+                "the value of env {name:?} holds a NUL byte"
+            )));
+        }
+        if self.entries.contains_key(&params.process_id) {
             return Err(ErrorObject::invalid_request(format!(
                 "process {} already exists",
                 params.process_id
             )));
         }
-        let live = self.entries.values().filter(|e| e.is_running()).count() + self.starting.len();
-        if live >= self.limits.max_processes {
+        let live = self.entries.values().filter(|e| e.is_running()).count();
+        // Whether this start can go depends on the starts under way (one with
+        // the same id, or the limit counting them): it waits for their outcome.
+        let same_id = self.starting.iter().any(|s| s.params.process_id == params.process_id);
+        let limit = self.limits.max_processes;
+        if same_id || (live < limit && live + self.starting.len() >= limit) {
+            return Ok(Begun::MustWait);
+        }
+        if live >= limit {
             return Err(ErrorObject::invalid_request(format!(
                 "too many processes: the limit is {} live processes per connection",
                 self.limits.max_processes
@@ -164,7 +185,7 @@ impl ProcessTable {
         let serial = self.next_serial;
         self.next_serial += 1;
         let work_params = params.clone();
-        let outcome = spawner::submit(Box::new(move || {
+        let outcome = self.spawner.submit(Box::new(move || {
             let cwd = roots.check_cwd(&work_params.cwd)?;
             let params = StartParams { cwd: cwd.path, ..work_params };
             Entry::spawn(&params, cwd.dir.as_ref()).map_err(|error| {
@@ -172,7 +193,7 @@ impl ProcessTable {
             })
         }));
         self.starting.push_back(Starting { request, serial, params, outcome });
-        Ok(())
+        Ok(Begun::Spawning)
     }
 
     /// Whether a start waits for the spawner (later process requests wait too).

@@ -107,8 +107,9 @@ impl Roots {
             Err(e) if is_escape(&e) || e.raw_os_error() == Some(libc::ELOOP) => Err(outside(cwd)),
             // The child enters the very directory checked (fchdir), never the path again.
             Ok(dir) => Ok(Cwd { path: clean(cwd), dir: Some(dir) }),
-            // A missing or non-directory cwd is left for the spawn to report.
-            Err(_) => Ok(Cwd { path: clean(cwd), dir: None }),
+            // Under --root the path is never used again after a failed check:
+            // it could be swapped for a link out of the root meanwhile.
+            Err(e) => Err(ErrorObject::internal(format!("cannot use cwd {}: {e}", cwd.display()))),
         }
     }
 }

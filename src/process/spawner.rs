@@ -1,14 +1,15 @@
-//! The spawner: one long-lived thread that checks cwds and forks every child,
-//! so a program or directory on a hung mount stalls only the start that named
-//! it, never a connection's loop.
+//! The spawner: one thread per connection that checks cwds and forks its
+//! children, so a program or directory on a hung mount stalls only that start
+//! (and the process requests sent behind it), never the connection's loop and
+//! never another connection.
 //!
-//! One thread for the whole process, alive until it exits: the children's
-//! parent-death signal fires when the *thread* that forked them ends, so they
-//! must not be forked from a pool thread that may retire. If the thread cannot
-//! be started, the work runs on the caller's thread instead.
+//! The thread lives as long as its connection's table: the children's
+//! parent-death signal fires when the *thread* that forked them ends, which is
+//! when the connection ends and its processes are killed anyway (they must not
+//! be forked from a pool thread that may retire at any time). If the thread
+//! cannot be started, the work runs on the caller's thread instead.
 
 use std::sync::mpsc;
-use std::sync::OnceLock;
 
 use tokio::sync::oneshot;
 
@@ -27,21 +28,33 @@ struct Job {
     reply: oneshot::Sender<Outcome>,
 }
 
-static SPAWNER: OnceLock<Option<mpsc::Sender<Job>>> = OnceLock::new();
+/// A connection's spawner thread, started on first use; dropping it lets the
+/// thread finish its queue and end.
+#[derive(Default)]
+pub(crate) struct Spawner {
+    jobs: Option<mpsc::Sender<Job>>,
+    unavailable: bool,
+}
 
-/// Runs `work` on the spawner thread; the receiver yields its outcome.
-pub(crate) fn submit(work: Work) -> oneshot::Receiver<Outcome> {
-    let (reply, outcome) = oneshot::channel();
-    let job = Job { work, reply };
-    match SPAWNER.get_or_init(start).as_ref() {
-        Some(jobs) => {
-            if let Err(mpsc::SendError(job)) = jobs.send(job) {
-                run(job);
-            }
+impl Spawner {
+    /// Runs `work` on the spawner thread; the receiver yields its outcome.
+    pub(crate) fn submit(&mut self, work: Work) -> oneshot::Receiver<Outcome> {
+        let (reply, outcome) = oneshot::channel();
+        let job = Job { work, reply };
+        if self.jobs.is_none() && !self.unavailable {
+            self.jobs = start();
+            self.unavailable = self.jobs.is_none();
         }
-        None => run(job),
+        match &self.jobs {
+            Some(jobs) => {
+                if let Err(mpsc::SendError(job)) = jobs.send(job) {
+                    run(job);
+                }
+            }
+            None => run(job),
+        }
+        outcome
     }
-    outcome
 }
 
 fn start() -> Option<mpsc::Sender<Job>> {
@@ -52,10 +65,10 @@ fn start() -> Option<mpsc::Sender<Job>> {
         }
     });
     match thread {
-        // Detached on purpose: it serves until the process exits.
+        // Detached: it ends when its Spawner is dropped and the queue is done.
         Ok(_) => Some(jobs),
         Err(error) => {
-            tracing::warn!(%error, "cannot start the spawner thread; spawning on the loop");
+            tracing::warn!(%error, "cannot start a spawner thread; spawning on the loop");
             None
         }
     }

@@ -11,9 +11,18 @@ use tokio::time::Instant;
 
 use super::fs_calls::FsCalls;
 use crate::fs::Roots;
-use crate::process::{ProcessTable, ReadOutcome};
+use crate::process::{Begun, ProcessTable, ReadOutcome};
 use crate::protocol::*;
 use crate::transport::Incoming;
+
+/// What became of a process request whose turn came.
+enum Turn {
+    /// Handled: its reply now, or later (`None`).
+    Done(Option<String>),
+    /// A start that depends on the starts under way (same id, or the process
+    /// limit): it waits for them, first in line.
+    Wait(Request),
+}
 
 /// Process requests that may wait behind a start; beyond, they are refused.
 const MAX_WAITING: usize = 4096;
@@ -119,8 +128,15 @@ impl State {
                 break;
             };
             self.waiting_bytes -= bytes;
-            if let Some(reply) = self.on_process_request(id, method, params) {
-                out.push(reply);
+            match self.on_process_request(id, method, params) {
+                Turn::Done(Some(reply)) => out.push(reply),
+                Turn::Done(None) => {}
+                Turn::Wait(request) => {
+                    // Still not its turn: it stays first in line.
+                    self.waiting_bytes += bytes;
+                    self.waiting.push_front((request, bytes));
+                    break;
+                }
             }
         }
     }
@@ -172,26 +188,32 @@ impl State {
             self.waiting.push_back((Request { id, method, params }, bytes));
             return None;
         }
-        self.on_process_request(id, method, params)
+        match self.on_process_request(id, method, params) {
+            Turn::Done(reply) => reply,
+            Turn::Wait(request) => {
+                self.waiting_bytes += bytes;
+                self.waiting.push_back((request, bytes));
+                None
+            }
+        }
     }
 
     /// A process request whose turn has come.
-    fn on_process_request(
-        &mut self,
-        id: RequestId,
-        method: String,
-        params: Value,
-    ) -> Option<String> {
+    fn on_process_request(&mut self, id: RequestId, method: String, params: Value) -> Turn {
         let roots = &self.roots;
         let table = &mut self.table;
         let line = match method.as_str() {
             ProcessStart::NAME => {
+                let raw = params.clone();
                 let started = decode::<ProcessStart>(params).and_then(|p| {
                     ProcessTable::check_cwd(&p.cwd)?;
                     table.begin_start(id.clone(), p, roots.clone())
                 });
                 match started {
-                    Ok(()) => return None,
+                    Ok(Begun::Spawning) => return Turn::Done(None),
+                    Ok(Begun::MustWait) => {
+                        return Turn::Wait(Request { id, method, params: raw });
+                    }
                     Err(error) => error_reply(&id, error),
                 }
             }
@@ -199,7 +221,7 @@ impl State {
                 let outcome = decode::<ProcessRead>(params)
                     .and_then(|p| table.read(id.clone(), p, Instant::now()));
                 match outcome {
-                    Ok(ReadOutcome::Parked) => return None,
+                    Ok(ReadOutcome::Parked) => return Turn::Done(None),
                     Ok(ReadOutcome::Ready(result)) => reply::<ProcessRead>(&id, Ok(result)),
                     Err(error) => reply::<ProcessRead>(&id, Err(error)),
                 }
@@ -221,7 +243,7 @@ impl State {
                 error_reply(&id, error)
             }
         };
-        Some(line)
+        Turn::Done(Some(line))
     }
 
     /// The lifecycle check of A.2 for every method but `initialize`.

@@ -185,7 +185,15 @@ fn run(roots: &Roots, job: Job) -> String {
 }
 
 /// The paths a request names (strings or base64 twins), cleaned lexically.
+/// Only absolute paths below `/` take part: a call that will fail validation,
+/// or one on `/` itself, must not queue behind (or hold up) everything.
 fn named_paths(params: &Value) -> Vec<PathBuf> {
+    let mut paths = all_named_paths(params);
+    paths.retain(|path| path.is_absolute() && path.parent().is_some());
+    paths
+}
+
+fn all_named_paths(params: &Value) -> Vec<PathBuf> {
     let mut paths = Vec::new();
     for key in ["path", "sourcePath", "destinationPath"] {
         if let Some(text) = params.get(key).and_then(Value::as_str) {
@@ -239,6 +247,9 @@ mod tests {
         let twin = paths(json!({"pathBase64": "L3RtcC9hL2Y="}));
         assert_eq!(twin, vec![PathBuf::from("/tmp/a/f")]);
         assert!(!overlap(&file, &paths(json!({"nothing": 1}))));
+        assert!(!overlap(&file, &paths(json!({"path": "/"}))));
+        assert!(!overlap(&file, &paths(json!({"path": ""}))));
+        assert!(!overlap(&file, &paths(json!({"path": "tmp/a"}))));
     }
 }
 

@@ -202,3 +202,31 @@ async fn requests_behind_a_start_wait_for_it_in_order() {
     let (output, exited) = h.output_and_exit("cat").await;
     assert_eq!((output.as_slice(), exited["exitCode"].clone()), (&b"in order\n"[..], json!(0)));
 }
+
+#[tokio::test]
+async fn a_pipelined_start_waits_for_the_outcome_of_one_with_its_id() {
+    let mut h = Harness::ready().await;
+    let failing = crate::support::start_params("m", &["true"], json!({"cwd": "/nonexistent"}));
+    let first = h.send_request("process/start", failing).await;
+    let second = h
+        .send_request("process/start", crate::support::start_params("m", &["true"], json!({})))
+        .await;
+    let failed = h.response(first).await;
+    assert_eq!(failed["error"]["code"], -32603, "{failed}");
+    assert_eq!(h.response(second).await["result"], json!({"processId": "m"}));
+}
+
+#[tokio::test]
+async fn under_root_a_cwd_that_fails_its_check_is_never_entered_by_path() {
+    let dir = scratch("routing-cwd-root");
+    let config = exec_server::server::Config { roots: vec![dir.clone()], ..Default::default() };
+    let mut h = Harness::ready_with(config).await;
+    let missing = dir.join("missing");
+    let params = crate::support::start_params("c", &["pwd"], json!({"cwd": missing}));
+    let error = h.error("process/start", params).await;
+    assert_eq!(error["code"], -32603);
+    assert_eq!(
+        error["message"],
+        format!("cannot use cwd {}: No such file or directory (os error 2)", missing.display())
+    );
+}
