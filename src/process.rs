@@ -8,6 +8,7 @@
 //! (the loop polls [`ProcessTable::next_sweep`]), and reaping never waits.
 
 mod entry;
+mod launch;
 mod output;
 mod pumps;
 mod registry;

@@ -7,19 +7,19 @@
 //! the checks of `tree`.
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
-use std::fs::{File, OpenOptions};
+use std::ffi::{CString, OsString};
 use std::io;
-use std::os::fd::OwnedFd;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::os::unix::process::CommandExt;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{ChildStderr, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{ChildStderr, ChildStdin, ChildStdout};
 
 use portable_pty::{MasterPty, PtySize};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
+use super::launch::{self, Launch, Stdio};
 use super::registry;
 use super::signal::ExitInfo;
 use super::tree;
@@ -50,67 +50,77 @@ pub(crate) enum ChildIo {
     Pty { master: Box<dyn MasterPty + Send> },
 }
 
-/// Starts the child. Errors carry the OS error text.
+/// Starts the child (through `posix_spawn`, see `launch`). Errors carry the OS error text.
 pub(crate) fn spawn(request: &SpawnRequest<'_>) -> io::Result<Spawned> {
-    let program = &request.argv[0];
-    let mut command = Command::new(resolve_program(program, request.env));
-    command
-        .args(&request.argv[1..])
-        .arg0(request.arg0.unwrap_or(program))
-        .env_clear()
-        .envs(request.env);
-    let (io_setup, master) = match request.tty {
+    let name = &request.argv[0];
+    let program = resolve_program(name, request.env);
+    let nul = || io::Error::new(io::ErrorKind::InvalidInput, "an argument holds a NUL byte");
+    let mut argv = Vec::with_capacity(request.argv.len());
+    argv.push(CString::new(request.arg0.unwrap_or(name).as_bytes()).map_err(|_| nul())?);
+    for arg in &request.argv[1..] {
+        argv.push(CString::new(arg.as_bytes()).map_err(|_| nul())?);
+    }
+    let env = request
+        .env
+        .iter()
+        .map(|(key, value)| CString::new(format!("{key}={value}")).map_err(|_| nul()))
+        .collect::<io::Result<Vec<_>>>()?;
+    let launch = |stdio| {
+        // Held across the spawn: the orphan reaper must not reap this child before it is known.
+        let registry = registry::lock_for_spawn();
+        let pid = launch::launch(&Launch {
+            program: &program,
+            argv: argv.clone(),
+            env: env.clone(),
+            stdio,
+            cwd: request.cwd,
+            cwd_dir: request.cwd_dir,
+        })?;
+        registry.register(pid);
+        Ok::<u32, io::Error>(pid)
+    };
+    let (pid, io) = match request.tty {
         None => {
-            command
-                .stdin(if request.pipe_stdin { Stdio::piped() } else { Stdio::null() })
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            (false, None)
+            let (stdout, child_stdout) = pipe()?;
+            let (stderr, child_stderr) = pipe()?;
+            let stdin = if request.pipe_stdin { Some(pipe()?) } else { None };
+            let stdio = Stdio::Pipes {
+                stdin: stdin.as_ref().map(|(child_end, _)| child_end),
+                stdout: &child_stdout,
+                stderr: &child_stderr,
+            };
+            let pid = launch(stdio)?;
+            // The child's ends close here: end of file comes when the child's copies go.
+            let stdin = stdin.map(|(_, ours)| ChildStdin::from(ours));
+            let io = ChildIo::Pipes {
+                stdin,
+                stdout: ChildStdout::from(stdout),
+                stderr: ChildStderr::from(stderr),
+            };
+            (pid, io)
         }
         Some(size) => {
             let master = open_pty(size)?;
-            let slave = open_slave(master.as_ref())?;
-            command
-                .stdin(Stdio::from(slave.try_clone()?))
-                .stdout(Stdio::from(slave.try_clone()?))
-                .stderr(Stdio::from(slave));
-            (true, Some(master))
+            let slave =
+                master.tty_name().ok_or_else(|| io::Error::other("pseudo-terminal has no name"))?;
+            let slave = CString::new(slave.as_os_str().as_bytes()).map_err(|_| nul())?;
+            let pid = launch(Stdio::Terminal(&slave))?;
+            (pid, ChildIo::Pty { master })
         }
     };
-    let cwd_dir = match request.cwd_dir {
-        Some(dir) => Some(std::os::fd::AsRawFd::as_raw_fd(dir)),
-        None => {
-            command.current_dir(request.cwd);
-            None
-        }
-    };
-    let parent = std::process::id();
-    // SAFETY: `parent` is captured by value; the hook calls only async-signal-safe
-    // functions (setsid, ioctl, prctl, getppid) and builds errors from raw errno
-    // values, which does not allocate.
-    unsafe {
-        command.pre_exec(move || in_child(io_setup, cwd_dir, parent));
-    }
-    // Held across the fork: the orphan reaper must not reap this child before it is known.
-    let registry = registry::lock_for_spawn();
-    let mut child = command.spawn()?;
-    registry.register(child.id());
-    // The slave copies held by `command` close here, so the master sees EOF
-    // once every process holding the terminal is gone.
-    drop(command);
-    let pid = child.id();
     let pidfd = tree::pidfd_open(pid)?;
-    let io = match master {
-        Some(master) => ChildIo::Pty { master },
-        None => {
-            let stdout =
-                child.stdout.take().ok_or_else(|| io::Error::other("stdout pipe missing"))?;
-            let stderr =
-                child.stderr.take().ok_or_else(|| io::Error::other("stderr pipe missing"))?;
-            ChildIo::Pipes { stdin: child.stdin.take(), stdout, stderr }
-        }
-    };
     Ok(Spawned { pid, pidfd, io })
+}
+
+/// A pipe as (read end, write end), both close-on-exec.
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 writes two new descriptors into `fds`.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 /// Waits until the child has exited, without reaping it.
@@ -136,44 +146,11 @@ pub(crate) fn reap(pid: u32) -> bool {
     rc != 0
 }
 
-/// Runs in the forked child before exec: only async-signal-safe calls, and
-/// errors made from raw errno values (no allocation).
-fn in_child(tty: bool, cwd_dir: Option<std::os::fd::RawFd>, parent: u32) -> io::Result<()> {
-    // SAFETY: plain syscalls in the forked child, before exec; `cwd_dir` is a
-    // descriptor the parent keeps open until spawn returns.
-    unsafe {
-        if let Some(dir) = cwd_dir {
-            if libc::fchdir(dir) == -1 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        if libc::setsid() == -1 {
-            return Err(io::Error::last_os_error());
-        }
-        if tty && libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
-            return Err(io::Error::last_os_error());
-        }
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
-            return Err(io::Error::last_os_error());
-        }
-        // The server died between fork and prctl: the death signal would never come.
-        if libc::getppid() as u32 != parent {
-            return Err(io::Error::from_raw_os_error(libc::ESRCH));
-        }
-    }
-    Ok(())
-}
-
 fn open_pty(size: TtySize) -> io::Result<Box<dyn MasterPty + Send>> {
     let pair = portable_pty::native_pty_system()
         .openpty(PtySize { rows: size.rows, cols: size.cols, pixel_width: 0, pixel_height: 0 })
         .map_err(io::Error::other)?;
     Ok(pair.master)
-}
-
-fn open_slave(master: &dyn MasterPty) -> io::Result<File> {
-    let name = master.tty_name().ok_or_else(|| io::Error::other("pseudo-terminal has no name"))?;
-    OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOCTTY).open(name)
 }
 
 fn peek_exit(pid: u32) -> io::Result<Option<ExitInfo>> {

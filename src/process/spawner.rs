@@ -1,13 +1,10 @@
-//! The spawner: one thread per connection that checks cwds and forks its
-//! children, so a program or directory on a hung mount stalls only that start
-//! (and the process requests sent behind it), never the connection's loop and
-//! never another connection.
+//! The spawner: one thread per connection that checks cwds and spawns its
+//! children (`posix_spawn` waits for the exec), so a program or directory on a
+//! hung mount stalls only that start (and the process requests sent behind
+//! it), never the connection's loop and never another connection.
 //!
-//! The thread lives as long as its connection's table: the children's
-//! parent-death signal fires when the *thread* that forked them ends, which is
-//! when the connection ends and its processes are killed anyway (they must not
-//! be forked from a pool thread that may retire at any time). If the thread
-//! cannot be started, the work runs on the caller's thread instead.
+//! The thread lives as long as its connection's table. If it cannot be
+//! started, the work runs on the caller's thread instead.
 
 use std::sync::mpsc;
 
