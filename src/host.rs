@@ -29,7 +29,9 @@ pub(crate) async fn reap_orphans() -> io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut sigchld = signal(SignalKind::child())?;
     loop {
-        crate::process::reap_orphans();
+        // On a blocking thread: it takes the registry lock, which a spawn stuck
+        // in a hung exec may hold; the runtime's thread must never wait on it.
+        let _ = tokio::task::spawn_blocking(crate::process::reap_orphans).await;
         if sigchld.recv().await.is_none() {
             return Ok(());
         }
