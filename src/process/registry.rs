@@ -46,10 +46,20 @@ impl SpawnLock {
     }
 }
 
+/// Leaders reaped while the registry was locked (a spawn holds it until its
+/// exec, which a hung mount can stretch): removed at the next lock.
+static REAPED_LATER: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
 /// The connection reaped `pid` (or gave up on it): it is no longer a leader.
+/// Called on the loop, so it never waits for the registry lock.
 pub(crate) fn reaped(pid: u32) {
-    if let Some(leaders) = lock().as_mut() {
-        leaders.remove(&pid);
+    match LEADERS.try_lock() {
+        Ok(mut leaders) => {
+            if let Some(leaders) = leaders.as_mut() {
+                leaders.remove(&pid);
+            }
+        }
+        Err(_) => REAPED_LATER.lock().unwrap_or_else(|p| p.into_inner()).push(pid),
     }
 }
 
@@ -167,9 +177,17 @@ fn children() -> Vec<u32> {
     pids
 }
 
+/// Locks the registry (off the loop only: spawns hold it across an exec).
 fn lock() -> MutexGuard<'static, Option<HashSet<u32>>> {
     // A panic while holding the lock leaves the set consistent (single inserts/removes).
-    LEADERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    let mut leaders = LEADERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let later = std::mem::take(&mut *REAPED_LATER.lock().unwrap_or_else(|p| p.into_inner()));
+    if let Some(set) = leaders.as_mut() {
+        for pid in later {
+            set.remove(&pid);
+        }
+    }
+    leaders
 }
 
 fn tell(watcher: &Mutex<File>, line: &str) {
