@@ -76,6 +76,12 @@ pub(crate) fn signal_group(pgid: u32, signal: Signal) -> io::Result<()> {
     let pgid = libc::pid_t::try_from(pgid).map_err(io::Error::other)?;
     // SAFETY: killpg has no memory-safety preconditions.
     let rc = unsafe { libc::killpg(pgid, signal.0) };
+    sent(libc::c_long::from(rc))
+}
+
+/// The result of a kill-like call that returns -1 on error: a target already
+/// gone (ESRCH) is not an error.
+pub(crate) fn sent(rc: libc::c_long) -> io::Result<()> {
     if rc == 0 {
         return Ok(());
     }

@@ -157,15 +157,7 @@ pub(crate) fn pidfd_send_signal(pidfd: &OwnedFd, signal: Signal) -> io::Result<(
             0,
         )
     };
-    if rc == 0 {
-        return Ok(());
-    }
-    let error = io::Error::last_os_error();
-    if error.raw_os_error() == Some(libc::ESRCH) {
-        Ok(())
-    } else {
-        Err(error)
-    }
+    super::signal::sent(rc)
 }
 
 #[cfg(test)]

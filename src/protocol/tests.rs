@@ -1,14 +1,18 @@
 //! Exact encodings of the envelope, ids, errors and payloads.
 
-#[test]
-fn hand_encoded_output_matches_the_generic_encoder() {
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = move || {
+/// A small deterministic generator for random inputs.
+fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+    move || {
         state ^= state << 13;
         state ^= state >> 7;
         state ^= state << 17;
         state
-    };
+    }
+}
+
+#[test]
+fn hand_encoded_output_matches_the_generic_encoder() {
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
     let ids = ["p", "", "a\"quote", "tab\tnew\nline", "ünïcödé", "\u{1}ctl", "emoji 🦀"];
     for round in 0..2000 {
         let id = format!("{}{}", ids[round % ids.len()], next() % 1000);
@@ -206,13 +210,7 @@ fn hand_encoded_read_file_result_matches_the_generic_encoder() {
 fn table_decoding_agrees_with_the_base64_crate() {
     use base64::Engine as _;
     let engine = base64::engine::general_purpose::STANDARD;
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
     for round in 0..3000 {
         let len = (next() % 200) as usize;
         let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
