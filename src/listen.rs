@@ -20,6 +20,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::{header, StatusCode};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message as Frame;
 use tokio_tungstenite::WebSocketStream;
@@ -198,6 +200,9 @@ fn bridge(ws: WebSocketStream<TcpStream>, limit: usize) -> Channels {
     let (outgoing, mut lines) = mpsc::channel::<String>(4);
     let heard = Arc::new(AtomicBool::new(true));
     let heard_by_reader = heard.clone();
+    // Set when a text frame was not UTF-8: the close then says 1007 (RFC 6455).
+    let invalid = Arc::new(AtomicBool::new(false));
+    let invalid_by_reader = invalid.clone();
     let reader = tokio::spawn(async move {
         while let Some(frame) = stream.next().await {
             heard_by_reader.store(true, Ordering::Relaxed);
@@ -207,6 +212,9 @@ fn bridge(ws: WebSocketStream<TcpStream>, limit: usize) -> Channels {
                 Ok(Frame::Close(_)) => break,
                 Ok(_) => continue,
                 Err(error) => {
+                    if matches!(error, tokio_tungstenite::tungstenite::Error::Utf8(_)) {
+                        invalid_by_reader.store(true, Ordering::Relaxed);
+                    }
                     tracing::info!(%error, "WebSocket read failed; closing");
                     break;
                 }
@@ -244,6 +252,13 @@ fn bridge(ws: WebSocketStream<TcpStream>, limit: usize) -> Channels {
                     sink.send(Frame::Ping(Default::default())).await.map_err(io::Error::other)?;
                 }
             }
+        }
+        if invalid.load(Ordering::Relaxed) {
+            let close = CloseFrame {
+                code: CloseCode::Invalid,
+                reason: "a text frame was not UTF-8".into(),
+            };
+            let _ = sink.send(Frame::Close(Some(close))).await;
         }
         let _ = sink.close().await;
         Ok(())

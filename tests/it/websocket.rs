@@ -53,7 +53,7 @@ impl WsServer {
 
 /// A raw WebSocket peer: frames in, JSON out.
 pub struct WsPeer {
-    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    pub ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
 }
 
 impl WsPeer {
@@ -217,4 +217,23 @@ async fn off_loopback_needs_a_token_and_checks_it() {
         ClientOptions { bearer_token: Some("s3cret-token".into()), ..ClientOptions::default() };
     let client = Client::connect_ws(&url, options).await.unwrap();
     assert!(client.list(exec_server::protocol::Empty {}).await.unwrap().processes.is_empty());
+}
+
+#[tokio::test]
+async fn a_text_frame_that_is_not_utf8_fails_the_connection_with_1007() {
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame as RawFrame;
+    let server = WsServer::start(&["--listen", "ws://127.0.0.1:0"]).await;
+    let mut peer = WsPeer::connect(&server.url).await;
+    peer.handshake().await;
+    let raw = RawFrame::message(b"{\"id\":3}\xff".to_vec(), OpCode::Data(Data::Text), true);
+    peer.ws.send(Frame::Frame(raw)).await.unwrap();
+    let close = loop {
+        match within("the close frame", peer.ws.next()).await {
+            Some(Ok(Frame::Close(close))) => break close,
+            Some(Ok(_)) => continue,
+            other => panic!("expected a close frame, got {other:?}"),
+        }
+    };
+    assert_eq!(close.map(|c| c.code), Some(CloseCode::Invalid));
 }
