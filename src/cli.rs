@@ -200,7 +200,8 @@ async fn serve_websocket(
     writeln!(stdout, "{url}")?;
     stdout.flush()?;
     drop(stdout);
-    server::listen(listener, ListenOptions { config, token }, shutdown).await
+    let options = ListenOptions { config, token, ping_interval: server::PING_INTERVAL };
+    server::listen(listener, options, shutdown).await
 }
 
 /// Serves allocations of 1 MiB and more (message lines, file data) from their own

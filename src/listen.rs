@@ -44,6 +44,8 @@ pub struct ListenOptions {
     pub config: Config,
     /// The bearer token every upgrade must carry, if any.
     pub token: Option<String>,
+    /// How often each peer is pinged ([`PING_INTERVAL`] in the binary).
+    pub ping_interval: Duration,
 }
 
 /// Serves WebSocket connections on `listener` until `shutdown` completes, then
@@ -116,7 +118,7 @@ async fn connection(
             return;
         }
     };
-    let channels = bridge(ws, limit);
+    let channels = bridge(ws, limit, options.ping_interval);
     let config = Config { on_eof: OnEof::Kill, ..options.config.clone() };
     let shutdown = async move {
         let _ = stopped.wait_for(|stop| *stop).await;
@@ -194,7 +196,7 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// The reader and writer tasks of one WebSocket, as the loop's channels.
-fn bridge(ws: WebSocketStream<TcpStream>, limit: usize) -> Channels {
+fn bridge(ws: WebSocketStream<TcpStream>, limit: usize, ping_interval: Duration) -> Channels {
     let (mut sink, mut stream) = ws.split();
     let (incoming_tx, incoming) = mpsc::channel(2);
     let (outgoing, mut lines) = mpsc::channel::<String>(4);
@@ -230,7 +232,7 @@ fn bridge(ws: WebSocketStream<TcpStream>, limit: usize) -> Channels {
         }
     });
     let writer = tokio::spawn(async move {
-        let mut ping = tokio::time::interval(PING_INTERVAL);
+        let mut ping = tokio::time::interval(ping_interval);
         ping.tick().await;
         // A peer that takes our frames is alive even if its pong waits behind them.
         let mut delivered = false;
@@ -246,7 +248,7 @@ fn bridge(ws: WebSocketStream<TcpStream>, limit: usize) -> Channels {
                 _ = ping.tick() => {
                     let progressed = std::mem::take(&mut delivered);
                     if !heard.swap(false, Ordering::Relaxed) && !progressed {
-                        tracing::info!("the peer answered no ping for {PING_INTERVAL:?}; closing");
+                        tracing::info!("the peer answered no ping for {ping_interval:?}; closing");
                         return Err(io::Error::new(io::ErrorKind::TimedOut, "peer went silent"));
                     }
                     sink.send(Frame::Ping(Default::default())).await.map_err(io::Error::other)?;

@@ -169,13 +169,16 @@ where
             permit = lines.reserve(), if outbox.has_lines() => match permit {
                 Ok(permit) => outbox.send(permit, &lines),
                 Err(_) => {
-                    tracing::debug!("output closed; ending the connection");
-                    outbox.close();
+                    output_gone(&mut outbox, &mut state.table, &mut drain_deadline);
                     input_open = false;
-                    state.table.kill_all();
-                    drain_deadline.get_or_insert(Instant::now() + KILL_DRAIN);
                 }
             },
+            // The writer gave up (a peer gone silent, a write error) while
+            // nothing was waiting to be sent: the connection is over all the same.
+            () = lines.closed(), if !outbox.is_closed() => {
+                output_gone(&mut outbox, &mut state.table, &mut drain_deadline);
+                input_open = false;
+            }
             () = sleep_until(timer.unwrap_or_else(Instant::now)), if timer.is_some() => {
                 state.table.on_timers(Instant::now(), &mut out);
             }
@@ -216,6 +219,14 @@ where
             Ok(())
         }
     }
+}
+
+/// The output is gone: nothing more can be said, so the connection ends.
+fn output_gone(outbox: &mut Outbox, table: &mut ProcessTable, drain: &mut Option<Instant>) {
+    tracing::debug!("output closed; ending the connection");
+    outbox.close();
+    table.kill_all();
+    drain.get_or_insert(Instant::now() + KILL_DRAIN);
 }
 
 /// A task aborted when its handle is dropped: the loop owns its transport's tasks.

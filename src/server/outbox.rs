@@ -34,6 +34,10 @@ impl Outbox {
         self.bytes < OUTBOX_BYTES
     }
 
+    pub(super) fn is_closed(&self) -> bool {
+        self.closed
+    }
+
     pub(super) fn has_lines(&self) -> bool {
         !self.lines.is_empty()
     }

@@ -237,3 +237,33 @@ async fn a_text_frame_that_is_not_utf8_fails_the_connection_with_1007() {
     };
     assert_eq!(close.map(|c| c.code), Some(CloseCode::Invalid));
 }
+
+#[tokio::test]
+async fn a_peer_that_goes_silent_is_dropped_and_its_processes_killed() {
+    use exec_server::server::{self, Config, ListenOptions};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let options = ListenOptions {
+        config: Config::default(),
+        token: None,
+        ping_interval: std::time::Duration::from_millis(200),
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let listening = tokio::spawn(server::listen(listener, options, async {
+        let _ = stopped.await;
+    }));
+    let mut peer = WsPeer::connect(&url).await;
+    peer.handshake().await;
+    let start = json!({"id": 1, "method": "process/start", "params": crate::support::start_params("s", &["sleep", "100"], json!({}))});
+    peer.send_text(&start.to_string()).await;
+    assert_eq!(peer.next().await.unwrap()["id"], 1);
+    peer.send_text(r#"{"id":2,"method":"process/list","params":{}}"#).await;
+    let list = peer.next().await.unwrap();
+    let pid = list["result"]["processes"][0]["pid"].as_u64().unwrap() as u32;
+    // From now on the peer neither reads nor answers pings: after a silent
+    // ping period the server drops it, and its process dies.
+    wait_dead(pid).await;
+    drop(peer);
+    let _ = stop.send(());
+    within("the listener to stop", listening).await.unwrap().unwrap();
+}
