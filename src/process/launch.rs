@@ -26,8 +26,8 @@ pub(crate) enum Stdio<'a> {
 /// What to exec.
 pub(crate) struct Launch<'a> {
     pub(crate) program: &'a Path,
-    pub(crate) argv: Vec<CString>,
-    pub(crate) env: Vec<CString>,
+    pub(crate) argv: &'a [CString],
+    pub(crate) env: &'a [CString],
     pub(crate) stdio: Stdio<'a>,
     pub(crate) cwd: &'a Path,
     pub(crate) cwd_dir: Option<&'a OwnedFd>,
@@ -38,8 +38,8 @@ pub(crate) struct Launch<'a> {
 pub(crate) fn launch(request: &Launch<'_>) -> io::Result<u32> {
     let path = cstring(request.program.as_os_str().as_bytes())?;
     let cwd = cstring(request.cwd.as_os_str().as_bytes())?;
-    let argv = pointers(&request.argv);
-    let env = pointers(&request.env);
+    let argv = pointers(request.argv);
+    let env = pointers(request.env);
     let mut actions = FileActions::new()?;
     match &request.stdio {
         Stdio::Pipes { stdin, stdout, stderr } => {

@@ -70,8 +70,8 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> io::Result<Spawned> {
         let registry = registry::lock_for_spawn();
         let pid = launch::launch(&Launch {
             program: &program,
-            argv: argv.clone(),
-            env: env.clone(),
+            argv: &argv,
+            env: &env,
             stdio,
             cwd: request.cwd,
             cwd_dir: request.cwd_dir,
