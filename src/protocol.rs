@@ -324,28 +324,26 @@ pub(crate) fn encode_output(process_id: &str, seq: u64, stream: Stream, bytes: &
         Stream::Pty => "pty",
     };
     let id = serde_json::to_string(process_id).expect("a string always serializes");
-    let mut line = Vec::with_capacity(bytes.len().div_ceil(3) * 4 + id.len() + 96);
-    line.extend_from_slice(br#"{"method":"process/output","params":{"processId":"#);
-    line.extend_from_slice(id.as_bytes());
-    line.extend_from_slice(format!(r#","seq":{seq},"stream":"{stream}","chunk":""#).as_bytes());
-    base64_into(bytes, &mut line);
-    line.extend_from_slice(br#""}}"#);
-    // SAFETY: the line is the JSON text of `id` (a Rust string, so UTF-8) and
-    // ASCII: the literals, the decimal seq and the base64 alphabet.
-    unsafe { String::from_utf8_unchecked(line) }
+    let head = format!(
+        r#"{{"method":"process/output","params":{{"processId":{id},"seq":{seq},"stream":"{stream}","chunk":""#
+    );
+    line_with_base64(&head, bytes, r#""}}"#)
 }
 
 /// Encodes the `fs/readFile` result by hand, the data straight into the line;
 /// the same text [`encode_response`] makes.
 pub(crate) fn encode_read_file(id: &RequestId, data: &[u8]) -> String {
     let id = serde_json::to_string(id).expect("an id always serializes");
-    let mut line = Vec::with_capacity(data.len().div_ceil(3) * 4 + id.len() + 40);
-    line.extend_from_slice(br#"{"id":"#);
-    line.extend_from_slice(id.as_bytes());
-    line.extend_from_slice(br#","result":{"dataBase64":""#);
-    base64_into(data, &mut line);
-    line.extend_from_slice(br#""}}"#);
-    // SAFETY: the JSON text of the id (serde_json writes UTF-8) and ASCII.
+    line_with_base64(&format!(r#"{{"id":{id},"result":{{"dataBase64":""#), data, r#""}}"#)
+}
+
+/// `head`, the base64 of `bytes` encoded straight into the line, then `tail`.
+fn line_with_base64(head: &str, bytes: &[u8], tail: &str) -> String {
+    let mut line = Vec::with_capacity(head.len() + bytes.len().div_ceil(3) * 4 + tail.len());
+    line.extend_from_slice(head.as_bytes());
+    base64_into(bytes, &mut line);
+    line.extend_from_slice(tail.as_bytes());
+    // SAFETY: `head` and `tail` are strings (UTF-8) and base64 is ASCII.
     unsafe { String::from_utf8_unchecked(line) }
 }
 
