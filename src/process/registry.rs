@@ -128,9 +128,7 @@ pub(crate) fn reap_orphans() -> usize {
         if leaders.as_ref().is_some_and(|l| l.contains(&pid)) {
             continue;
         }
-        let mut status = 0;
-        // SAFETY: waitpid writes only to `status`; WNOHANG never blocks.
-        if unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) } > 0 {
+        if super::spawn::reap(pid) {
             reaped += 1;
         }
     }
