@@ -286,24 +286,15 @@ impl Launcher {
     /// SIGTERM and waits up to `timeout` again, then SIGKILL.
     pub async fn shutdown(mut self, timeout: Duration) -> Result<Shutdown, Error> {
         self.close_stdin();
-        if let Ok(status) = tokio::time::timeout(timeout, self.wait()).await {
-            return Ok(Shutdown::Exited(status?));
-        }
-        self.signal(libc::SIGTERM);
-        if let Ok(status) = tokio::time::timeout(timeout, self.wait()).await {
-            return Ok(Shutdown::Terminated(status?));
-        }
-        self.signal(libc::SIGKILL);
-        Ok(Shutdown::Killed(self.wait().await?))
+        let pid = self.pid;
+        end(self.child_mut(), pid, timeout, true)
+            .await
+            .map_err(|e| Error::io("cannot wait for the server", e))
     }
 
     fn close_stdin(&self) {
         self.client.close();
         lock(&self.stdin).take();
-    }
-
-    fn signal(&self, signal: libc::c_int) {
-        signal_group(self.pid, signal);
     }
 
     fn child_mut(&mut self) -> &mut Child {
@@ -322,18 +313,7 @@ impl Drop for Launcher {
         let (pid, listening) = (self.pid, self.listening);
         let stderr = self.stderr.abort_handle();
         let reap = async move {
-            // Signal the group only while the server is unreaped: its pid is then still its own.
-            if matches!(child.try_wait(), Ok(Some(_))) {
-                stderr.abort();
-                return;
-            }
-            if listening || tokio::time::timeout(DROP_GRACE, child.wait()).await.is_err() {
-                signal_group(pid, libc::SIGTERM);
-                if tokio::time::timeout(DROP_GRACE, child.wait()).await.is_err() {
-                    signal_group(pid, libc::SIGKILL);
-                    let _ = child.wait().await;
-                }
-            }
+            let _ = end(&mut child, pid, DROP_GRACE, !listening).await;
             stderr.abort();
         };
         match tokio::runtime::Handle::try_current() {
@@ -344,6 +324,33 @@ impl Drop for Launcher {
             },
         }
     }
+}
+
+/// Ends a server whose stdin is closed: with `wait_for_eof`, up to `grace` for
+/// it to exit on its own, then SIGTERM and `grace` again, then SIGKILL. The
+/// group is signalled only while the child is unreaped (only this `Child`
+/// reaps it, and an exit already collected returns at once), so its pid is
+/// still the server's own.
+async fn end(
+    child: &mut Child,
+    pid: u32,
+    grace: Duration,
+    wait_for_eof: bool,
+) -> io::Result<Shutdown> {
+    if let Some(status) = child.try_wait()? {
+        return Ok(Shutdown::Exited(status));
+    }
+    if wait_for_eof {
+        if let Ok(status) = tokio::time::timeout(grace, child.wait()).await {
+            return Ok(Shutdown::Exited(status?));
+        }
+    }
+    signal_group(pid, libc::SIGTERM);
+    if let Ok(status) = tokio::time::timeout(grace, child.wait()).await {
+        return Ok(Shutdown::Terminated(status?));
+    }
+    signal_group(pid, libc::SIGKILL);
+    Ok(Shutdown::Killed(child.wait().await?))
 }
 
 fn signal_group(pid: u32, signal: libc::c_int) {
