@@ -13,6 +13,7 @@ use std::fs::File;
 use std::io::Write;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
+use super::signal::Signal;
 use super::tree;
 
 /// The leaders alive or unreaped, by pid.
@@ -140,27 +141,15 @@ pub(crate) fn reap_orphans() -> usize {
 pub(crate) fn kill_descendants() -> usize {
     let me = std::process::id();
     let watcher = WATCHER_PID.get().copied();
-    let mut total = 0;
-    for _ in 0..16 {
-        let mut found = 0;
-        for pid in tree::all_pids() {
-            let Ok(stat) = tree::stat(pid) else { continue };
-            let spared = pid == me || Some(pid) == watcher || stat.state == b'Z';
-            if spared || !tree::descends_from(stat, me) {
-                continue;
-            }
-            if let Ok(pidfd) = tree::pidfd_open(pid) {
-                if tree::pidfd_send_signal(&pidfd, super::signal::Signal::KILL).is_ok() {
-                    found += 1;
-                }
-            }
-        }
-        total += found;
-        if found == 0 {
-            break;
-        }
-    }
-    total
+    tree::until_none_left(|| {
+        tree::all_pids()
+            .into_iter()
+            .filter(|&pid| pid != me && Some(pid) != watcher)
+            .filter(|&pid| {
+                tree::signal_if(pid, &[Signal::KILL], |stat| tree::descends_from(stat, me))
+            })
+            .count()
+    })
 }
 
 /// Our children, from every thread's `children` list (zombies included).

@@ -94,26 +94,57 @@ pub(crate) fn signal_sessions(sessions: &[Session], signals: &[Signal]) -> usize
         if pid == me {
             continue;
         }
-        // A cheap filter first: getsid is one syscall, no file.
-        // SAFETY: getsid has no memory-safety preconditions.
-        let sid = unsafe { libc::getsid(pid as libc::pid_t) };
-        let Some(session) = sessions.iter().find(|s| sid > 0 && s.sid == sid as u32) else {
+        let Some(session) = sessions.iter().find(|s| Some(s.sid) == session_of(pid)) else {
             continue;
         };
-        let Ok(pidfd) = pidfd_open(pid) else { continue };
-        // Checked after the pidfd exists: the signal reaches the process checked here.
-        let Ok(stat) = stat(pid) else { continue };
-        if stat.sid != session.sid || stat.state == b'Z' {
-            continue;
-        }
-        if stat.start < session.bound || descends_from(stat, me) {
-            for signal in signals {
-                let _ = pidfd_send_signal(&pidfd, *signal);
-            }
+        let ours = |stat: Stat| {
+            stat.sid == session.sid && (stat.start < session.bound || descends_from(stat, me))
+        };
+        if signal_if(pid, signals, ours) {
             signalled += 1;
         }
     }
     signalled
+}
+
+/// The session id of `pid` (one syscall, no file: the cheap filter before a check).
+pub(crate) fn session_of(pid: u32) -> Option<u32> {
+    // SAFETY: getsid has no memory-safety preconditions.
+    let sid = unsafe { libc::getsid(pid as libc::pid_t) };
+    u32::try_from(sid).ok().filter(|&sid| sid > 0)
+}
+
+/// Sends `signals` to process `pid` if it is alive and `check` accepts what
+/// `/proc` says of it. The pidfd is opened before the check, so the signals
+/// reach the very process checked even if `pid` is reused meanwhile. True when
+/// every signal was delivered.
+pub(crate) fn signal_if(pid: u32, signals: &[Signal], check: impl FnOnce(Stat) -> bool) -> bool {
+    let Ok(pidfd) = pidfd_open(pid) else { return false };
+    let Ok(stat) = stat(pid) else { return false };
+    if stat.state == b'Z' || !check(stat) {
+        return false;
+    }
+    // Every signal is sent, even after one failed.
+    let mut delivered = true;
+    for signal in signals {
+        delivered &= pidfd_send_signal(&pidfd, *signal).is_ok();
+    }
+    delivered
+}
+
+/// Runs `pass` (a sweep returning how many it signalled) until one finds
+/// nothing, at most 16 times: processes forked during a pass are caught by the
+/// next. Returns the total.
+pub(crate) fn until_none_left(mut pass: impl FnMut() -> usize) -> usize {
+    let mut total = 0;
+    for _ in 0..16 {
+        let found = pass();
+        total += found;
+        if found == 0 {
+            break;
+        }
+    }
+    total
 }
 
 /// Whether the process described by `stat` has `ancestor` above it.

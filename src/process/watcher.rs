@@ -120,23 +120,16 @@ fn kill_sessions(sessions: &HashMap<u32, u64>) {
     if ours.is_empty() {
         return;
     }
-    for _ in 0..16 {
+    tree::until_none_left(|| {
         let mut found = 0;
         for pid in tree::all_pids() {
-            // SAFETY: getsid has no memory-safety preconditions.
-            let sid = unsafe { libc::getsid(pid as libc::pid_t) };
-            if sid <= 0 || !ours.contains_key(&(sid as u32)) {
+            let Some(sid) = tree::session_of(pid).filter(|sid| ours.contains_key(sid)) else {
                 continue;
-            }
-            let Ok(pidfd) = tree::pidfd_open(pid) else { continue };
-            let Ok(stat) = tree::stat(pid) else { continue };
-            if stat.sid == sid as u32 && stat.state != b'Z' {
-                let _ = tree::pidfd_send_signal(&pidfd, Signal::KILL);
+            };
+            if tree::signal_if(pid, &[Signal::KILL], |stat| stat.sid == sid) {
                 found += 1;
             }
         }
-        if found == 0 {
-            break;
-        }
-    }
+        found
+    });
 }
