@@ -54,8 +54,8 @@ pub async fn listen<S>(listener: TcpListener, options: ListenOptions, shutdown: 
 where
     S: std::future::Future<Output = ()>,
 {
-    // Checked once here so a bad root fails at start, not per connection.
-    Roots::new(&options.config.roots)?;
+    // Resolved once: a bad root fails at start, and connections share the descriptors.
+    let roots = Arc::new(Roots::new(&options.config.roots)?);
     let options = Arc::new(options);
     let (stop, stopped) = watch::channel(false);
     let mut connections = JoinSet::new();
@@ -64,7 +64,8 @@ where
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    connections.spawn(connection(stream, peer, options.clone(), stopped.clone()));
+                    let connection = connection(stream, peer, options.clone(), roots.clone(), stopped.clone());
+                    connections.spawn(connection);
                 }
                 Err(error) => tracing::warn!(%error, "accepting a connection failed"),
             },
@@ -89,6 +90,7 @@ async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
     options: Arc<ListenOptions>,
+    roots: Arc<Roots>,
     mut stopped: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
@@ -111,13 +113,6 @@ async fn connection(
         }
     };
     tracing::info!(%peer, "connection opened");
-    let roots = match Roots::new(&options.config.roots) {
-        Ok(roots) => roots,
-        Err(error) => {
-            tracing::error!(%error, "cannot resolve the roots");
-            return;
-        }
-    };
     let channels = bridge(ws, limit, options.ping_interval);
     let config = Config { on_eof: OnEof::Kill, ..options.config.clone() };
     let shutdown = async move {

@@ -25,6 +25,8 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
 use self::outbox::Outbox;
+use std::sync::Arc;
+
 use crate::fs::Roots;
 use crate::process::{Limits, ProcessTable, RETAINED_BYTES};
 use crate::transport::{self, Incoming};
@@ -99,7 +101,7 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
     S: Future<Output = ()>,
 {
-    let roots = Roots::new(&config.roots)?;
+    let roots = Arc::new(Roots::new(&config.roots)?);
     let (incoming, reader) = transport::spawn_reader(
         BufReader::with_capacity(64 * 1024, reader),
         config.max_message_bytes,
@@ -121,7 +123,7 @@ pub(crate) struct Channels {
 /// The loop of one connection over any transport.
 pub(crate) async fn serve<S>(
     channels: Channels,
-    roots: Roots,
+    roots: Arc<Roots>,
     config: &Config,
     shutdown: S,
 ) -> io::Result<()>

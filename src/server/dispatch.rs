@@ -52,8 +52,7 @@ pub(super) struct State {
 }
 
 impl State {
-    pub(super) fn new(roots: Roots, table: ProcessTable) -> State {
-        let roots = Arc::new(roots);
+    pub(super) fn new(roots: Arc<Roots>, table: ProcessTable) -> State {
         State {
             phase: Phase::New,
             fs: FsCalls::new(roots.clone()),
