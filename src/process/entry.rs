@@ -106,13 +106,7 @@ impl Entry {
         {
             Ok(handles) => handles,
             Err(error) => {
-                // Killed and left to the orphan reaper: never wait on the loop.
-                let _ = signal_group(pid, Signal::KILL);
-                if spawn::reap(pid) {
-                    registry::reaped(pid);
-                } else {
-                    registry::disown(pid);
-                }
+                abandon(pid);
                 return Err(error);
             }
         };
@@ -305,15 +299,20 @@ impl Drop for Entry {
         self.tasks.abort_all();
         self.stdin = None;
         if self.reaped_at().is_none() {
-            // The leader is unreaped, so its pid still names our group.
-            let _ = signal_group(self.pid, Signal::KILL);
-            if spawn::reap(self.pid) {
-                registry::reaped(self.pid);
-            } else {
-                // Dying now: the binary's orphan reaper collects it.
-                registry::disown(self.pid);
-            }
+            abandon(self.pid);
         }
         drop(self.master.take());
+    }
+}
+
+/// Lets go of an unreaped leader without waiting: SIGKILL to its group (safe:
+/// its unreaped pid still names the group), then a reap if it is already
+/// dead, else it is disowned and reaped later through its pidfd.
+pub(crate) fn abandon(pid: u32) {
+    let _ = signal_group(pid, Signal::KILL);
+    if spawn::reap(pid) {
+        registry::reaped(pid);
+    } else {
+        registry::disown(pid);
     }
 }

@@ -10,8 +10,7 @@ use std::sync::mpsc;
 
 use tokio::sync::oneshot;
 
-use super::registry;
-use super::signal::{signal_group, Signal};
+use super::entry;
 use super::spawn::Spawned;
 use crate::protocol::ErrorObject;
 
@@ -76,7 +75,6 @@ fn start() -> Option<mpsc::Sender<Job>> {
 fn run(job: Job) {
     let outcome = (job.work)();
     if let Err(Ok(spawned)) = job.reply.send(outcome) {
-        let _ = signal_group(spawned.pid, Signal::KILL);
-        registry::disown(spawned.pid);
+        entry::abandon(spawned.pid);
     }
 }
