@@ -6,7 +6,8 @@
 //! `BENCH_ROLE=fake`: it answers every request at once and replays
 //! pre-encoded output), so the server is never blamed for the client.
 //! Prints a table, then the same rows as JSON (also written to
-//! `target/bench.json`). `EXEC_SERVER_BIN` measures another build.
+//! `target/bench.json`). `EXEC_SERVER_BIN` measures another build;
+//! `BENCH_ONLY=fs,stream` runs only those sections (round, spawn, stream, fs, ws).
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
 use std::io::{BufRead, Write};
@@ -302,195 +303,205 @@ async fn bench() {
     let fake_client = fake.client().clone();
     let mut n = 0;
 
-    // Round trips: the baseline is the same client code against a fake server
-    // that answers at once (the "echo through the same client").
-    let echo = median(cat_round_trips).await;
-    let ceiling = median(|| terminate_round_trips(&fake_client)).await;
-    let metadata = median(|| metadata_round_trips(&client)).await;
-    rows.push(Row {
-        what: "fs/getMetadata round trip (us)",
-        server: micros(metadata, ROUND_TRIPS),
-        baseline: micros(ceiling, ROUND_TRIPS),
-        baseline_what: "same client, fake server",
-        unit: "us",
-        higher_is_better: false,
-    });
-    let terminate = median(|| terminate_round_trips(&client)).await;
-    rows.push(Row {
-        what: "process/terminate (unknown id) round trip (us)",
-        server: micros(terminate, ROUND_TRIPS),
-        baseline: micros(ceiling, ROUND_TRIPS),
-        baseline_what: "same client, fake server",
-        unit: "us",
-        higher_is_better: false,
-    });
-    rows.push(Row {
-        what: "client ceiling: round trip to a fake server (us)",
-        server: micros(ceiling, ROUND_TRIPS),
-        baseline: micros(echo, ROUND_TRIPS),
-        baseline_what: "a line echoed by cat, raw",
-        unit: "us",
-        higher_is_better: false,
-    });
-
-    // Spawns.
-    let direct = median(direct_spawns_in_turn).await;
-    let served = median(|| {
-        n += 1;
-        let prefix = format!("turn-{n}");
-        let client = client.clone();
-        async move { server_spawns_in_turn(&client, &prefix).await }
-    })
-    .await;
-    rows.push(Row {
-        what: "process/start of true -> exited (us each)",
-        server: micros(served, SPAWNS),
-        baseline: micros(direct, SPAWNS),
-        baseline_what: "direct spawn + wait",
-        unit: "us",
-        higher_is_better: false,
-    });
-    let direct = median(direct_spawns_at_once).await;
-    let served = median(|| {
-        n += 1;
-        let prefix = format!("fan-{n}");
-        let client = client.clone();
-        async move { server_spawns_at_once(&client, &prefix).await }
-    })
-    .await;
-    rows.push(Row {
-        what: "200 true at once -> all exited (ms)",
-        server: served.as_secs_f64() * 1e3,
-        baseline: direct.as_secs_f64() * 1e3,
-        baseline_what: "200 direct spawns, then waits",
-        unit: "ms",
-        higher_is_better: false,
-    });
-
-    // Output stream, on a fresh server so its peak memory is the stream's.
-    let streamer = launch().await;
-    let stream_client = streamer.client().clone();
-    let direct = median(direct_output).await;
-    let served = median(|| {
-        n += 1;
-        let id = format!("out-{n}");
-        let client = stream_client.clone();
-        async move { server_output(&client, &id).await }
-    })
-    .await;
-    let base = mib_per_s(OUTPUT_BYTES, direct);
-    rows.push(Row {
-        what: "stdout of head -c 256MiB -> client (MiB/s)",
-        server: mib_per_s(OUTPUT_BYTES, served),
-        baseline: base,
-        baseline_what: "reading the pipe directly",
-        unit: "MiB/s",
-        higher_is_better: true,
-    });
-    let mut raw = Vec::new();
-    for _ in 0..RUNS {
-        raw.push(raw_output().await);
+    if wanted("round") {
+        // Round trips: the baseline is the same client code against a fake server
+        // that answers at once (the "echo through the same client").
+        let echo = median(cat_round_trips).await;
+        let ceiling = median(|| terminate_round_trips(&fake_client)).await;
+        let metadata = median(|| metadata_round_trips(&client)).await;
+        rows.push(Row {
+            what: "fs/getMetadata round trip (us)",
+            server: micros(metadata, ROUND_TRIPS),
+            baseline: micros(ceiling, ROUND_TRIPS),
+            baseline_what: "same client, fake server",
+            unit: "us",
+            higher_is_better: false,
+        });
+        let terminate = median(|| terminate_round_trips(&client)).await;
+        rows.push(Row {
+            what: "process/terminate (unknown id) round trip (us)",
+            server: micros(terminate, ROUND_TRIPS),
+            baseline: micros(ceiling, ROUND_TRIPS),
+            baseline_what: "same client, fake server",
+            unit: "us",
+            higher_is_better: false,
+        });
+        rows.push(Row {
+            what: "client ceiling: round trip to a fake server (us)",
+            server: micros(ceiling, ROUND_TRIPS),
+            baseline: micros(echo, ROUND_TRIPS),
+            baseline_what: "a line echoed by cat, raw",
+            unit: "us",
+            higher_is_better: false,
+        });
     }
-    raw.sort_by_key(|run| run.0);
-    let (raw_time, raw_rss) = raw[RUNS / 2];
-    rows.push(Row {
-        what: "the same, read raw (no decode) (MiB/s)",
-        server: mib_per_s(OUTPUT_BYTES, raw_time),
-        baseline: base,
-        baseline_what: "reading the pipe directly",
-        unit: "MiB/s",
-        higher_is_better: true,
-    });
-    rows.push(Row {
-        what: "server peak RSS, raw 256 MiB stream (MiB)",
-        server: raw_rss,
-        baseline: 10.0,
-        baseline_what: "the target",
-        unit: "MiB",
-        higher_is_better: false,
-    });
-    let ceiling = median(|| {
-        n += 1;
-        let id = format!("fake-{n}");
-        let client = fake_client.clone();
-        async move { server_output(&client, &id).await }
-    })
-    .await;
-    rows.push(Row {
-        what: "client ceiling: pre-encoded output (MiB/s)",
-        server: mib_per_s(OUTPUT_BYTES, ceiling),
-        baseline: base,
-        baseline_what: "reading the pipe directly",
-        unit: "MiB/s",
-        higher_is_better: true,
-    });
-    rows.push(Row {
-        what: "server peak RSS while streaming (MiB)",
-        server: peak_rss_mib(streamer.pid()),
-        baseline: 10.0,
-        baseline_what: "the target",
-        unit: "MiB",
-        higher_is_better: false,
-    });
-    drop(streamer);
-
-    // Files.
-    let dir = std::env::temp_dir().join(format!("exec-server-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let data: Vec<u8> = (0..FILE_BYTES).map(|i| (i % 251) as u8).collect();
-    let direct = median(|| direct_fs_round_trip(&dir, &data)).await;
-    let remote_fs = RemoteFileSystem::new(client.clone());
-    let served = median(|| fs_round_trip(&remote_fs, &dir, &data)).await;
-    let bytes = 2 * FILE_BYTES as u64;
-    rows.push(Row {
-        what: "fs write+read 64 MiB in 8 MiB pieces (MiB/s)",
-        server: mib_per_s(bytes, served),
-        baseline: mib_per_s(bytes, direct),
-        baseline_what: "tokio::fs write + read",
-        unit: "MiB/s",
-        higher_is_better: true,
-    });
-    std::fs::remove_dir_all(&dir).unwrap();
-
-    // WebSocket against stdio (a build without --listen skips these).
-    match Launcher::spawn_listening(LaunchCommand::new(server_binary()), ClientOptions::default())
-        .await
-    {
-        Ok(ws) => {
-            let ws_client = ws.client().clone();
-            let over_ws = median(|| terminate_round_trips(&ws_client)).await;
-            rows.push(Row {
-                what: "round trip over WebSocket (us)",
-                server: micros(over_ws, ROUND_TRIPS),
-                baseline: micros(terminate, ROUND_TRIPS),
-                baseline_what: "the same over stdio",
-                unit: "us",
-                higher_is_better: false,
-            });
-            let stdio_stream = median(|| {
-                n += 1;
-                let id = format!("stdio-{n}");
-                let client = client.clone();
-                async move { server_output(&client, &id).await }
-            })
-            .await;
-            let ws_stream = median(|| {
-                n += 1;
-                let id = format!("ws-{n}");
-                let client = ws_client.clone();
-                async move { server_output(&client, &id).await }
-            })
-            .await;
-            rows.push(Row {
-                what: "output 256 MiB over WebSocket (MiB/s)",
-                server: mib_per_s(OUTPUT_BYTES, ws_stream),
-                baseline: mib_per_s(OUTPUT_BYTES, stdio_stream),
-                baseline_what: "the same over stdio",
-                unit: "MiB/s",
-                higher_is_better: true,
-            });
+    if wanted("spawn") {
+        // Spawns.
+        let direct = median(direct_spawns_in_turn).await;
+        let served = median(|| {
+            n += 1;
+            let prefix = format!("turn-{n}");
+            let client = client.clone();
+            async move { server_spawns_in_turn(&client, &prefix).await }
+        })
+        .await;
+        rows.push(Row {
+            what: "process/start of true -> exited (us each)",
+            server: micros(served, SPAWNS),
+            baseline: micros(direct, SPAWNS),
+            baseline_what: "direct spawn + wait",
+            unit: "us",
+            higher_is_better: false,
+        });
+        let direct = median(direct_spawns_at_once).await;
+        let served = median(|| {
+            n += 1;
+            let prefix = format!("fan-{n}");
+            let client = client.clone();
+            async move { server_spawns_at_once(&client, &prefix).await }
+        })
+        .await;
+        rows.push(Row {
+            what: "200 true at once -> all exited (ms)",
+            server: served.as_secs_f64() * 1e3,
+            baseline: direct.as_secs_f64() * 1e3,
+            baseline_what: "200 direct spawns, then waits",
+            unit: "ms",
+            higher_is_better: false,
+        });
+    }
+    if wanted("stream") {
+        // Output stream, on a fresh server so its peak memory is the stream's.
+        let streamer = launch().await;
+        let stream_client = streamer.client().clone();
+        let direct = median(direct_output).await;
+        let served = median(|| {
+            n += 1;
+            let id = format!("out-{n}");
+            let client = stream_client.clone();
+            async move { server_output(&client, &id).await }
+        })
+        .await;
+        let base = mib_per_s(OUTPUT_BYTES, direct);
+        rows.push(Row {
+            what: "stdout of head -c 256MiB -> client (MiB/s)",
+            server: mib_per_s(OUTPUT_BYTES, served),
+            baseline: base,
+            baseline_what: "reading the pipe directly",
+            unit: "MiB/s",
+            higher_is_better: true,
+        });
+        let mut raw = Vec::new();
+        for _ in 0..RUNS {
+            raw.push(raw_output().await);
         }
-        Err(error) => println!("(WebSocket rows skipped: {error})"),
+        raw.sort_by_key(|run| run.0);
+        let (raw_time, raw_rss) = raw[RUNS / 2];
+        rows.push(Row {
+            what: "the same, read raw (no decode) (MiB/s)",
+            server: mib_per_s(OUTPUT_BYTES, raw_time),
+            baseline: base,
+            baseline_what: "reading the pipe directly",
+            unit: "MiB/s",
+            higher_is_better: true,
+        });
+        rows.push(Row {
+            what: "server peak RSS, raw 256 MiB stream (MiB)",
+            server: raw_rss,
+            baseline: 10.0,
+            baseline_what: "the target",
+            unit: "MiB",
+            higher_is_better: false,
+        });
+        let ceiling = median(|| {
+            n += 1;
+            let id = format!("fake-{n}");
+            let client = fake_client.clone();
+            async move { server_output(&client, &id).await }
+        })
+        .await;
+        rows.push(Row {
+            what: "client ceiling: pre-encoded output (MiB/s)",
+            server: mib_per_s(OUTPUT_BYTES, ceiling),
+            baseline: base,
+            baseline_what: "reading the pipe directly",
+            unit: "MiB/s",
+            higher_is_better: true,
+        });
+        rows.push(Row {
+            what: "server peak RSS while streaming (MiB)",
+            server: peak_rss_mib(streamer.pid()),
+            baseline: 10.0,
+            baseline_what: "the target",
+            unit: "MiB",
+            higher_is_better: false,
+        });
+        drop(streamer);
+    }
+    if wanted("fs") {
+        // Files.
+        let dir = std::env::temp_dir().join(format!("exec-server-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let data: Vec<u8> = (0..FILE_BYTES).map(|i| (i % 251) as u8).collect();
+        let direct = median(|| direct_fs_round_trip(&dir, &data)).await;
+        let remote_fs = RemoteFileSystem::new(client.clone());
+        let served = median(|| fs_round_trip(&remote_fs, &dir, &data)).await;
+        let bytes = 2 * FILE_BYTES as u64;
+        rows.push(Row {
+            what: "fs write+read 64 MiB in 8 MiB pieces (MiB/s)",
+            server: mib_per_s(bytes, served),
+            baseline: mib_per_s(bytes, direct),
+            baseline_what: "tokio::fs write + read",
+            unit: "MiB/s",
+            higher_is_better: true,
+        });
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    if wanted("ws") {
+        // WebSocket against stdio (a build without --listen skips these).
+        match Launcher::spawn_listening(
+            LaunchCommand::new(server_binary()),
+            ClientOptions::default(),
+        )
+        .await
+        {
+            Ok(ws) => {
+                let ws_client = ws.client().clone();
+                let over_ws = median(|| terminate_round_trips(&ws_client)).await;
+                let terminate = median(|| terminate_round_trips(&client)).await;
+                rows.push(Row {
+                    what: "round trip over WebSocket (us)",
+                    server: micros(over_ws, ROUND_TRIPS),
+                    baseline: micros(terminate, ROUND_TRIPS),
+                    baseline_what: "the same over stdio",
+                    unit: "us",
+                    higher_is_better: false,
+                });
+                let stdio_stream = median(|| {
+                    n += 1;
+                    let id = format!("stdio-{n}");
+                    let client = client.clone();
+                    async move { server_output(&client, &id).await }
+                })
+                .await;
+                let ws_stream = median(|| {
+                    n += 1;
+                    let id = format!("ws-{n}");
+                    let client = ws_client.clone();
+                    async move { server_output(&client, &id).await }
+                })
+                .await;
+                rows.push(Row {
+                    what: "output 256 MiB over WebSocket (MiB/s)",
+                    server: mib_per_s(OUTPUT_BYTES, ws_stream),
+                    baseline: mib_per_s(OUTPUT_BYTES, stdio_stream),
+                    baseline_what: "the same over stdio",
+                    unit: "MiB/s",
+                    higher_is_better: true,
+                });
+            }
+            Err(error) => println!("(WebSocket rows skipped: {error})"),
+        }
     }
 
     println!();
@@ -501,6 +512,11 @@ async fn bench() {
     println!("\n{json}");
     let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench.json");
     let _ = std::fs::write(target, &json);
+}
+
+/// Whether `BENCH_ONLY` (unset: everything) names `section`.
+fn wanted(section: &str) -> bool {
+    std::env::var("BENCH_ONLY").map_or(true, |only| only.split(',').any(|s| s.trim() == section))
 }
 
 /// `BENCH_ROLE=fake`: a server that costs nothing. Every request gets a result

@@ -1,12 +1,12 @@
 //! Wire envelope of exec-server.v0: ids, messages, error objects and byte payloads (no IO).
 
+mod b64;
 mod build;
 mod fs_types;
 mod methods;
 
 use std::fmt;
 
-use base64::Engine as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
@@ -341,91 +341,10 @@ pub(crate) fn encode_read_file(id: &RequestId, data: &[u8]) -> String {
 fn line_with_base64(head: &str, bytes: &[u8], tail: &str) -> String {
     let mut line = Vec::with_capacity(head.len() + bytes.len().div_ceil(3) * 4 + tail.len());
     line.extend_from_slice(head.as_bytes());
-    base64_into(bytes, &mut line);
+    b64::encode_into(bytes, &mut line);
     line.extend_from_slice(tail.as_bytes());
     // SAFETY: `head` and `tail` are strings (UTF-8) and base64 is ASCII.
     unsafe { String::from_utf8_unchecked(line) }
-}
-
-/// Each byte's 6-bit value in the base64 alphabet, or 0xff.
-static SEXTETS: [u8; 256] = {
-    let mut table = [0xffu8; 256];
-    let mut n = 0;
-    while n < 64 {
-        table[ALPHABET[n] as usize] = n as u8;
-        n += 1;
-    }
-    table
-};
-
-/// Decodes whole 4-character groups (no padding) onto `out`; false at the
-/// first byte outside the alphabet (the caller then lets the crate report it).
-fn decode_groups(text: &[u8], out: &mut Vec<u8>) -> bool {
-    for group in text.chunks_exact(4) {
-        let [a, b, c, d] =
-            [group[0], group[1], group[2], group[3]].map(|x| SEXTETS[usize::from(x)]);
-        if (a | b | c | d) == 0xff {
-            return false;
-        }
-        let n = (u32::from(a) << 18) | (u32::from(b) << 12) | (u32::from(c) << 6) | u32::from(d);
-        out.extend_from_slice(&[(n >> 16) as u8, (n >> 8) as u8, n as u8]);
-    }
-    true
-}
-
-const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/// Every 12-bit value as its two base64 characters.
-static PAIRS: [[u8; 2]; 4096] = {
-    let mut pairs = [[0u8; 2]; 4096];
-    let mut n = 0;
-    while n < 4096 {
-        pairs[n] = [ALPHABET[n >> 6], ALPHABET[n & 63]];
-        n += 1;
-    }
-    pairs
-};
-
-/// Appends standard padded base64 of `bytes` to `out`: two table lookups per
-/// three bytes, about twice the speed of the general-purpose engine here.
-pub(crate) fn base64_into(bytes: &[u8], out: &mut Vec<u8>) {
-    let start = out.len();
-    out.resize(start + bytes.len().div_ceil(3) * 4, 0);
-    let target = &mut out[start..];
-    // Six bytes (48 bits, four 12-bit pairs) at a time, then threes.
-    let sixes = bytes.len() / 6;
-    let (head, tail) = bytes.split_at(sixes * 6);
-    let (target_head, target) = target.split_at_mut(sixes * 8);
-    for (six, eight) in head.chunks_exact(6).zip(target_head.chunks_exact_mut(8)) {
-        let n = u64::from_be_bytes([0, 0, six[0], six[1], six[2], six[3], six[4], six[5]]);
-        let [a, b] = PAIRS[(n >> 36) as usize & 0xfff];
-        let [c, d] = PAIRS[(n >> 24) as usize & 0xfff];
-        let [e, f] = PAIRS[(n >> 12) as usize & 0xfff];
-        let [g, h] = PAIRS[n as usize & 0xfff];
-        eight.copy_from_slice(&[a, b, c, d, e, f, g, h]);
-    }
-    let mut groups = tail.chunks_exact(3);
-    let mut quads = target.chunks_exact_mut(4);
-    for (group, quad) in (&mut groups).zip(&mut quads) {
-        let n =
-            (usize::from(group[0]) << 16) | (usize::from(group[1]) << 8) | usize::from(group[2]);
-        let [a, b] = PAIRS[n >> 12];
-        let [c, d] = PAIRS[n & 0xfff];
-        quad.copy_from_slice(&[a, b, c, d]);
-    }
-    let Some(last) = quads.next() else { return };
-    match *groups.remainder() {
-        [x] => {
-            let [a, b] = PAIRS[usize::from(x) << 4];
-            last.copy_from_slice(&[a, b, b'=', b'=']);
-        }
-        [x, y] => {
-            let n = (usize::from(x) << 10) | (usize::from(y) << 2);
-            let [a, b] = PAIRS[n >> 6];
-            last.copy_from_slice(&[a, b, ALPHABET[n & 63], b'=']);
-        }
-        _ => {}
-    }
 }
 
 fn to_line<T: Serialize>(value: &T, size_hint: usize) -> serde_json::Result<String> {
@@ -442,30 +361,14 @@ pub struct Base64(pub Vec<u8>);
 impl Base64 {
     /// Decodes standard base64 text.
     pub fn decode(text: &str) -> Result<Base64, base64::DecodeError> {
-        let engine = base64::engine::general_purpose::STANDARD;
-        // The bulk, all but the last group, through a table; the last group
-        // (padding, trailing bits) and any error through the base64 crate, so
-        // results and error messages are exactly its own.
-        let text = text.as_bytes();
-        let bulk = text.len().saturating_sub(4) / 4 * 4;
-        let mut bytes = Vec::with_capacity(text.len() / 4 * 3);
-        if !decode_groups(&text[..bulk], &mut bytes) {
-            return engine.decode(text).map(Base64);
-        }
-        match engine.decode(&text[bulk..]) {
-            Ok(tail) => {
-                bytes.extend_from_slice(&tail);
-                Ok(Base64(bytes))
-            }
-            Err(_) => engine.decode(text).map(Base64),
-        }
+        b64::decode(text.as_bytes()).map(Base64)
     }
 
     /// Encodes the bytes as standard base64 text.
     pub fn encode(&self) -> String {
         let mut text = Vec::new();
-        base64_into(&self.0, &mut text);
-        // SAFETY: base64_into writes only the ASCII base64 alphabet and '='.
+        b64::encode_into(&self.0, &mut text);
+        // SAFETY: b64::encode_into writes only the ASCII base64 alphabet and '='.
         unsafe { String::from_utf8_unchecked(text) }
     }
 }
@@ -478,12 +381,7 @@ impl fmt::Debug for Base64 {
 
 impl Serialize for Base64 {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        // Streams the encoding into the output: no intermediate string.
-        let display = base64::display::Base64Display::new(
-            &self.0,
-            &base64::engine::general_purpose::STANDARD,
-        );
-        serializer.collect_str(&display)
+        serializer.serialize_str(&self.encode())
     }
 }
 

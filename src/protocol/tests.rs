@@ -174,7 +174,7 @@ fn base64_round_trips() {
 }
 
 #[test]
-fn table_base64_matches_the_base64_crate() {
+fn simd_base64_matches_the_base64_crate() {
     use base64::Engine as _;
     let mut state: u64 = 0x2545_f491_4f6c_dd1d;
     for len in (0..300).chain([4095, 4096, 65536, 65537]) {
@@ -187,7 +187,7 @@ fn table_base64_matches_the_base64_crate() {
             })
             .collect();
         let mut ours = b"prefix".to_vec();
-        base64_into(&bytes, &mut ours);
+        b64::encode_into(&bytes, &mut ours);
         let theirs = base64::engine::general_purpose::STANDARD.encode(&bytes);
         assert_eq!(&ours[6..], theirs.as_bytes(), "length {len}");
     }
@@ -207,12 +207,13 @@ fn hand_encoded_read_file_result_matches_the_generic_encoder() {
 }
 
 #[test]
-fn table_decoding_agrees_with_the_base64_crate() {
+fn simd_decoding_agrees_with_the_base64_crate() {
     use base64::Engine as _;
     let engine = base64::engine::general_purpose::STANDARD;
     let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
     for round in 0..3000 {
-        let len = (next() % 200) as usize;
+        // Long enough for the vector kernels and their scalar tails.
+        let len = (next() % if round % 2 == 0 { 200 } else { 5000 }) as usize;
         let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
         let mut text = engine.encode(&bytes).into_bytes();
         // Every third round, damage one byte: results and errors must still agree.
