@@ -373,7 +373,7 @@ async fn handshake(
 }
 
 async fn read_loop<R: AsyncRead + Unpin>(reader: R, shared: Arc<Shared>) {
-    let mut reader = BufReader::with_capacity(64 * 1024, reader);
+    let mut reader = BufReader::with_capacity(transport::INPUT_BUFFER, reader);
     // One buffer for every line: output notifications come by the thousand.
     let mut line = Vec::new();
     loop {

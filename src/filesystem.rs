@@ -101,7 +101,7 @@ fn read_params(path: &Path, range: Option<(u64, u64)>) -> ReadFileParams {
 fn write_params(path: &Path, data: &[u8], append: bool) -> WriteFileParams {
     WriteFileParams {
         path: path.to_path_buf(),
-        data_base64: Base64(data.to_vec()).encode(),
+        data_base64: Base64::encode_bytes(data),
         append,
         follow_symlinks: None,
     }

@@ -290,6 +290,19 @@ pub(crate) fn encode_request<M: Method>(
     id: &RequestId,
     params: &M::Params,
 ) -> serde_json::Result<String> {
+    if let Some(write) = (params as &dyn std::any::Any).downcast_ref::<WriteFileParams>() {
+        if let Some(line) = encode_write_file(id, write) {
+            return line;
+        }
+    }
+    encode_request_generic::<M>(id, params)
+}
+
+/// [`encode_request`] through serde alone.
+fn encode_request_generic<M: Method>(
+    id: &RequestId,
+    params: &M::Params,
+) -> serde_json::Result<String> {
     #[derive(Serialize)]
     struct RequestWire<'a, P> {
         id: &'a RequestId,
@@ -298,6 +311,38 @@ pub(crate) fn encode_request<M: Method>(
     }
     let wire = RequestWire { id, method: M::NAME, params };
     to_line(&wire, 128)
+}
+
+/// `fs/writeFile` with its data spliced in as it is: valid base64 needs no
+/// JSON escaping, so a payload of megabytes skips serde_json's per-byte escape
+/// scan and the growth of the line. The rest is the generic encoder's text,
+/// so the line is exactly what it would make. None for data that is not valid
+/// base64 (the generic encoder then escapes it as for any string).
+fn encode_write_file(
+    id: &RequestId,
+    params: &WriteFileParams,
+) -> Option<serde_json::Result<String>> {
+    const EMPTY_DATA: &str = r#""dataBase64":"""#;
+    if !b64::is_valid(params.data_base64.as_bytes()) {
+        return None;
+    }
+    let shell = WriteFileParams {
+        path: params.path.clone(),
+        data_base64: String::new(),
+        append: params.append,
+        follow_symlinks: params.follow_symlinks,
+    };
+    let text = match encode_request_generic::<WriteFile>(id, &shell) {
+        Ok(text) => text,
+        Err(error) => return Some(Err(error)),
+    };
+    // Quotes inside JSON strings are escaped, so this text can only be the key.
+    let at = text.find(EMPTY_DATA)? + EMPTY_DATA.len() - 1;
+    let mut line = String::with_capacity(text.len() + params.data_base64.len());
+    line.push_str(&text[..at]);
+    line.push_str(&params.data_base64);
+    line.push_str(&text[at..]);
+    Some(Ok(line))
 }
 
 /// Encodes notification `N` straight from its params; `size_hint` presizes the line.
@@ -364,12 +409,20 @@ impl Base64 {
         b64::decode(text.as_bytes()).map(Base64)
     }
 
+    /// [`Base64::decode`], decoding into the text's own buffer (no second
+    /// allocation for a large payload); results and errors are the same.
+    pub fn decode_string(text: String) -> Result<Base64, base64::DecodeError> {
+        b64::decode_owned(text).map(Base64)
+    }
+
+    /// Encodes `bytes` as standard base64 text, without copying them first.
+    pub fn encode_bytes(bytes: &[u8]) -> String {
+        b64::encode(bytes)
+    }
+
     /// Encodes the bytes as standard base64 text.
     pub fn encode(&self) -> String {
-        let mut text = Vec::new();
-        b64::encode_into(&self.0, &mut text);
-        // SAFETY: b64::encode_into writes only the ASCII base64 alphabet and '='.
-        unsafe { String::from_utf8_unchecked(text) }
+        b64::encode(&self.0)
     }
 }
 
@@ -387,8 +440,11 @@ impl Serialize for Base64 {
 
 impl<'de> Deserialize<'de> for Base64 {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Base64, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        Base64::decode(&text).map_err(|e| serde::de::Error::custom(format!("invalid base64: {e}")))
+        let decoded = match <std::borrow::Cow<'de, str>>::deserialize(deserializer)? {
+            std::borrow::Cow::Borrowed(text) => Base64::decode(text),
+            std::borrow::Cow::Owned(text) => Base64::decode_string(text),
+        };
+        decoded.map_err(|e| serde::de::Error::custom(format!("invalid base64: {e}")))
     }
 }
 

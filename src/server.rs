@@ -103,7 +103,7 @@ where
 {
     let roots = Arc::new(Roots::new(&config.roots)?);
     let (incoming, reader) = transport::spawn_reader(
-        BufReader::with_capacity(64 * 1024, reader),
+        BufReader::with_capacity(transport::INPUT_BUFFER, reader),
         config.max_message_bytes,
     );
     let (outgoing, writer) = transport::spawn_writer(writer);

@@ -14,8 +14,8 @@ use crate::protocol::{Base64, Empty, ErrorObject, WriteFileParams};
 /// atomically, keeping the old one's permissions; readers see the old or the
 /// new content, never a mix. A final symlink is followed (its target is
 /// replaced and the link kept) unless `followSymlinks` is false, which refuses it.
-pub(crate) fn write_file(roots: &Roots, params: WriteFileParams) -> FsResult<Empty> {
-    let data = Base64::decode(&params.data_base64).map_err(|e| {
+pub(crate) fn write_file(roots: &Roots, mut params: WriteFileParams) -> FsResult<Empty> {
+    let data = Base64::decode_string(std::mem::take(&mut params.data_base64)).map_err(|e| {
         ErrorObject::invalid_request(format!("fs/writeFile requires valid base64 dataBase64: {e}"))
     })?;
     let op = FsOp::Write;

@@ -114,7 +114,7 @@ impl WriteFileParams {
     pub fn new(path: impl Into<PathBuf>, data: &[u8]) -> WriteFileParams {
         WriteFileParams {
             path: path.into(),
-            data_base64: Base64(data.to_vec()).encode(),
+            data_base64: Base64::encode_bytes(data),
             append: false,
             follow_symlinks: None,
         }

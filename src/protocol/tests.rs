@@ -227,3 +227,41 @@ fn simd_decoding_agrees_with_the_base64_crate() {
         assert_eq!(ours, theirs, "round {round}: {text:?}");
     }
 }
+
+#[test]
+fn spliced_write_file_request_matches_the_generic_encoder() {
+    let quoted = std::path::PathBuf::from("/tmp/a\"dataBase64\":\"\"\\");
+    for params in [
+        WriteFileParams::new("/tmp/x", b"hello world, 8 MiB or so"),
+        WriteFileParams::new(&quoted, &[0xff; 100]).append(),
+        WriteFileParams::new("/tmp/empty", b""),
+        WriteFileParams {
+            data_base64: "not base64 \"quoted\"\n".into(),
+            ..WriteFileParams::new("/x", b"")
+        },
+    ] {
+        let id = RequestId::from(9);
+        assert_eq!(
+            encode_request::<WriteFile>(&id, &params).unwrap(),
+            encode_request_generic::<WriteFile>(&id, &params).unwrap(),
+        );
+    }
+}
+
+#[test]
+fn owned_decoding_agrees_with_borrowed_decoding() {
+    let mut next = xorshift(0x1234_5678_9abc_def1);
+    for round in 0..2000 {
+        let len = (next() % 3000) as usize;
+        let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        let mut text = Base64(bytes).encode().into_bytes();
+        if round % 3 == 0 && !text.is_empty() {
+            let at = (next() % text.len() as u64) as usize;
+            text[at] = b"!=A/+Qz\n"[(next() % 8) as usize];
+        }
+        let text = String::from_utf8(text).unwrap();
+        let borrowed = Base64::decode(&text).map_err(|e| e.to_string());
+        let owned = Base64::decode_string(text.clone()).map_err(|e| e.to_string());
+        assert_eq!(owned, borrowed, "round {round}: {text:?}");
+    }
+}
