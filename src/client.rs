@@ -202,6 +202,21 @@ impl Client {
         round_trip::<M>(&self.inner.shared, &outgoing, id, params).await
     }
 
+    /// `fs/writeFile` of `data` with `params` (their `dataBase64` ignored): the
+    /// bytes are encoded straight into the request line, with no base64
+    /// string of their own.
+    pub(crate) async fn write_bytes(
+        &self,
+        params: &WriteFileParams,
+        data: &[u8],
+    ) -> Result<Empty, Error> {
+        let id = RequestId::from(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
+        let line = encode_write_file_bytes(&id, params, data)
+            .map_err(|e| Error::Encode(format!("{} params: {e}", WriteFile::NAME)))?;
+        let outgoing = lock(&self.inner.outgoing).clone().ok_or(Error::Closed)?;
+        line_round_trip::<WriteFile>(&self.inner.shared, &outgoing, id, line).await
+    }
+
     /// Starts a process and returns its handle. The handle is registered before
     /// the request is sent, so it sees every notification of the process.
     pub async fn start(&self, params: StartParams) -> Result<Process, Error> {
@@ -345,6 +360,16 @@ async fn round_trip<M: Method>(
 ) -> Result<M::Result, Error> {
     let line = encode_request::<M>(&id, params)
         .map_err(|e| Error::Encode(format!("{} params: {e}", M::NAME)))?;
+    line_round_trip::<M>(shared, outgoing, id, line).await
+}
+
+/// Sends `line`, request `M` already encoded with `id`, and awaits its decoded result.
+async fn line_round_trip<M: Method>(
+    shared: &Shared,
+    outgoing: &mpsc::Sender<String>,
+    id: RequestId,
+    line: String,
+) -> Result<M::Result, Error> {
     let (tx, rx) = oneshot::channel();
     shared.add_pending(id.clone(), tx)?;
     if outgoing.send(line).await.is_err() {

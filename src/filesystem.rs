@@ -209,11 +209,11 @@ impl FileSystem for RemoteFileSystem {
     }
 
     async fn write_file(&self, path: &Path, data: &[u8]) -> Result<(), Error> {
-        self.client.write_file(write_params(path, data, false)).await.map(drop)
+        self.client.write_bytes(&write_params(path, b"", false), data).await.map(drop)
     }
 
     async fn append_file(&self, path: &Path, data: &[u8]) -> Result<(), Error> {
-        self.client.write_file(write_params(path, data, true)).await.map(drop)
+        self.client.write_bytes(&write_params(path, b"", true), data).await.map(drop)
     }
 
     async fn create_directory(&self, path: &Path, recursive: bool) -> Result<(), Error> {

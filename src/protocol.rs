@@ -322,27 +322,57 @@ fn encode_write_file(
     id: &RequestId,
     params: &WriteFileParams,
 ) -> Option<serde_json::Result<String>> {
-    const EMPTY_DATA: &str = r#""dataBase64":"""#;
     if !b64::is_valid(params.data_base64.as_bytes()) {
         return None;
     }
-    let shell = WriteFileParams {
-        path: params.path.clone(),
-        data_base64: String::new(),
-        append: params.append,
-        follow_symlinks: params.follow_symlinks,
-    };
-    let text = match encode_request_generic::<WriteFile>(id, &shell) {
+    splice_write_file(id, params, params.data_base64.len(), |line| {
+        line.extend_from_slice(params.data_base64.as_bytes())
+    })
+}
+
+/// An `fs/writeFile` request for `params` (its `dataBase64` ignored) carrying
+/// `data`, encoded straight into the line: no base64 string of its own.
+pub(crate) fn encode_write_file_bytes(
+    id: &RequestId,
+    params: &WriteFileParams,
+    data: &[u8],
+) -> serde_json::Result<String> {
+    let encoded_len = data.len().div_ceil(3) * 4;
+    splice_write_file(id, params, encoded_len, |line| b64::encode_into(data, line))
+        .unwrap_or_else(|| encode_request_generic::<WriteFile>(id, &with_data(params, data)))
+}
+
+/// The generic encoding of `params` with empty data, `put_data` writing the
+/// base64 (`data_len` bytes, no character that JSON escapes) between its quotes.
+fn splice_write_file(
+    id: &RequestId,
+    params: &WriteFileParams,
+    data_len: usize,
+    put_data: impl FnOnce(&mut Vec<u8>),
+) -> Option<serde_json::Result<String>> {
+    const EMPTY_DATA: &str = r#""dataBase64":"""#;
+    let text = match encode_request_generic::<WriteFile>(id, &with_data(params, b"")) {
         Ok(text) => text,
         Err(error) => return Some(Err(error)),
     };
     // Quotes inside JSON strings are escaped, so this text can only be the key.
     let at = text.find(EMPTY_DATA)? + EMPTY_DATA.len() - 1;
-    let mut line = String::with_capacity(text.len() + params.data_base64.len());
-    line.push_str(&text[..at]);
-    line.push_str(&params.data_base64);
-    line.push_str(&text[at..]);
-    Some(Ok(line))
+    let mut line = Vec::with_capacity(text.len() + data_len);
+    line.extend_from_slice(&text.as_bytes()[..at]);
+    put_data(&mut line);
+    line.extend_from_slice(&text.as_bytes()[at..]);
+    // SAFETY: `text` is UTF-8 split at an ASCII quote, and the data is base64 (ASCII).
+    Some(Ok(unsafe { String::from_utf8_unchecked(line) }))
+}
+
+/// `params` with `data` (encoded) in place of its own.
+fn with_data(params: &WriteFileParams, data: &[u8]) -> WriteFileParams {
+    WriteFileParams {
+        path: params.path.clone(),
+        data_base64: b64::encode(data),
+        append: params.append,
+        follow_symlinks: params.follow_symlinks,
+    }
 }
 
 /// Encodes notification `N` straight from its params; `size_hint` presizes the line.

@@ -8,15 +8,6 @@ use tokio::task::JoinHandle;
 
 use crate::protocol::Message;
 
-/// One unit read from the input.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Frame {
-    /// A non-blank line without its `\n` or `\r\n`.
-    Line(Vec<u8>),
-    /// A line longer than the limit; its bytes were discarded.
-    TooLong { limit: usize },
-}
-
 /// One unit for the server loop: a decoded message (parsing happens in the
 /// reader task, off the loop) or a line that was too long.
 #[derive(Debug)]
@@ -47,19 +38,6 @@ pub(crate) const INPUT_BUFFER: usize = 1 << 20;
 
 /// The stdio wording of a parse error, before the detail.
 pub(crate) const LINE_ERROR: &str = "failed to parse JSON-RPC message: ";
-
-/// Reads the next frame; `Ok(None)` at end of input. Blank lines are skipped.
-/// A last line without `\n` still counts as a line.
-pub(crate) async fn read_frame<R: AsyncBufRead + Unpin>(
-    reader: &mut R,
-    limit: usize,
-) -> io::Result<Option<Frame>> {
-    let mut line = Vec::new();
-    Ok(read_line_into(reader, limit, &mut line).await?.map(|fits| match fits {
-        true => Frame::Line(line),
-        false => Frame::TooLong { limit },
-    }))
-}
 
 /// Reads the next non-blank line into `line` (its capacity is reused): `Some(true)`
 /// for a line, `Some(false)` for one over `limit` (discarded), `None` at end of input.
@@ -124,13 +102,16 @@ where
     // Lines can be tens of MiB: read ahead only two, the pipe holds the rest.
     let (tx, rx) = mpsc::channel(2);
     let task = tokio::spawn(async move {
+        // One buffer for every line (a fresh one costs a page fault per 4 KiB).
+        let mut line = Vec::new();
         loop {
-            let incoming = match read_frame(&mut reader, limit).await {
-                Ok(Some(Frame::Line(line))) => Ok(Some(Incoming::decode(&line, LINE_ERROR))),
-                Ok(Some(Frame::TooLong { limit })) => Ok(Some(Incoming::TooLong { limit })),
+            let incoming = match read_line_into(&mut reader, limit, &mut line).await {
+                Ok(Some(true)) => Ok(Some(Incoming::decode(&line, LINE_ERROR))),
+                Ok(Some(false)) => Ok(Some(Incoming::TooLong { limit })),
                 Ok(None) => Ok(None),
                 Err(error) => Err(error),
             };
+            release_if_idle(&mut line);
             match incoming {
                 Ok(Some(incoming)) => {
                     if tx.send(incoming).await.is_err() {
@@ -146,6 +127,15 @@ where
         }
     });
     (rx, task)
+}
+
+/// Lets go of a large line buffer once a line much smaller than it came:
+/// a run of large messages reuses one buffer, and a server back to small
+/// messages does not keep the memory of its largest.
+fn release_if_idle(line: &mut Vec<u8>) {
+    if line.capacity() > INPUT_BUFFER && line.len() < line.capacity() / 8 {
+        *line = Vec::new();
+    }
 }
 
 /// Spawns the task that owns `writer`: it writes each line with `\n` and
@@ -178,6 +168,28 @@ async fn write_line<W: AsyncWrite + Unpin>(writer: &mut W, line: &str) -> io::Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One unit read from the input.
+    #[derive(Debug, PartialEq, Eq)]
+    enum Frame {
+        /// A non-blank line without its `\n` or `\r\n`.
+        Line(Vec<u8>),
+        /// A line longer than the limit; its bytes were discarded.
+        TooLong { limit: usize },
+    }
+
+    /// Reads the next frame (a line, or the note that one was too long); `Ok(None)` at end of input. Blank lines are skipped.
+    /// A last line without `\n` still counts as a line.
+    async fn read_frame<R: AsyncBufRead + Unpin>(
+        reader: &mut R,
+        limit: usize,
+    ) -> io::Result<Option<Frame>> {
+        let mut line = Vec::new();
+        Ok(read_line_into(reader, limit, &mut line).await?.map(|fits| match fits {
+            true => Frame::Line(line),
+            false => Frame::TooLong { limit },
+        }))
+    }
 
     async fn frames(input: &[u8], limit: usize) -> Vec<Frame> {
         // A tiny buffer exercises lines split across reads.

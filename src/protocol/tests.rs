@@ -265,3 +265,20 @@ fn owned_decoding_agrees_with_borrowed_decoding() {
         assert_eq!(owned, borrowed, "round {round}: {text:?}");
     }
 }
+
+#[test]
+fn write_file_from_bytes_matches_the_generic_encoder() {
+    let quoted = std::path::PathBuf::from("/tmp/q\"\\");
+    for (path, data) in [("/tmp/x", b"".to_vec()), ("/tmp/y", (0..=255).collect::<Vec<u8>>())] {
+        for params in [WriteFileParams::new(path, b""), WriteFileParams::new(&quoted, b"").append()]
+        {
+            let id = RequestId::from("w");
+            let full =
+                WriteFileParams { data_base64: Base64(data.clone()).encode(), ..params.clone() };
+            assert_eq!(
+                encode_write_file_bytes(&id, &params, &data).unwrap(),
+                encode_request_generic::<WriteFile>(&id, &full).unwrap(),
+            );
+        }
+    }
+}
