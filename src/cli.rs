@@ -46,7 +46,7 @@ enum EofMode {
 
 /// Runs the `exec-server` command line (the binary's `main`).
 pub(crate) fn main() -> ExitCode {
-    limit_heap_growth();
+    tune_allocator();
     let cli = Cli::parse();
     // Before any thread exists: the watcher is forked from this process.
     let watcher = host::start_watcher();
@@ -204,15 +204,21 @@ async fn serve_websocket(
     server::listen(listener, options, shutdown).await
 }
 
-/// Serves allocations of 1 MiB and more (message lines, file data) from their own
-/// mappings, returned to the system when freed. glibc otherwise raises this
-/// threshold after the first large free and keeps later large buffers on the heap,
-/// where a few 8 MiB messages leave the process tens of MiB larger.
-fn limit_heap_growth() {
+/// Allocator tuning for messages of megabytes. Every fresh 11 MB buffer (an
+/// 8 MiB file as base64) costs ~2700 page faults, about 4 ms on this kind of
+/// VM, so large buffers come from one heap and are reused: allocations up to
+/// 32 MiB stay on the heap, up to 32 MiB of free space is kept at its top
+/// before it is returned to the system, and one arena serves every thread (a
+/// buffer freed by a blocking thread serves the loop's next line). Measured:
+/// fs write+read 285 -> 400 MiB/s; peak RSS of the 200 MiB round trip test
+/// 28 -> 39 MiB (two arenas: 60 MiB). Streams (64 KiB chunks) are unaffected.
+fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator tuning; called before any thread starts.
     unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_ARENA_MAX, 1);
     }
 }
 
