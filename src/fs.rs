@@ -8,6 +8,7 @@
 //! and copy walk descriptors and never follow links inside the tree (`walk.rs`).
 //! The server calls these under `spawn_blocking`.
 
+mod cached;
 mod copy;
 mod error;
 mod kind;
@@ -23,6 +24,7 @@ use std::io;
 use std::os::fd::AsFd;
 use std::time::SystemTime;
 
+pub(crate) use self::cached::cached_metadata;
 pub(crate) use self::copy::copy;
 use self::error::{io_error, FsOp};
 use self::open::Located;

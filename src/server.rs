@@ -149,6 +149,7 @@ where
     loop {
         let timer = state.table.next_deadline();
         let room = outbox.has_room();
+        let spin = state.fs.spinning(Instant::now());
         tokio::select! {
             message = incoming.recv(), if input_open && room => match message {
                 Some(message) => state.on_incoming(message, &mut out),
@@ -163,6 +164,8 @@ where
             },
             Some(event) = events.recv(), if room => state.table.on_event(event, Instant::now(), &mut out),
             line = state.fs.next_reply() => out.push(line),
+            // Polls again (after a non-blocking look at I/O) while a fresh fs call runs.
+            () = tokio::task::yield_now(), if spin => {}
             done = state.table.next_done() => {
                 if let Some(line) = done {
                     state.on_started(line, &mut out);

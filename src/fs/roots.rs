@@ -10,7 +10,7 @@
 //! sandbox for what those processes do.
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 use super::open::Located;
@@ -82,17 +82,40 @@ impl Roots {
                 .map_err(|e| ErrorObject::invalid_request(format!("cannot open /: {e}")))?;
             return Ok(Located::new(self, path, dir, rel, 0));
         }
-        let best = self
-            .roots
-            .iter()
-            .flat_map(|root| [(root, &root.given), (root, &root.canonical)])
-            .filter_map(|(root, prefix)| Some((root, cleaned.strip_prefix(prefix).ok()?)))
-            .min_by_key(|(_, rel)| rel.components().count());
-        let Some((root, rel)) = best else { return Err(outside(path)) };
+        let Some((root, rel)) = self.best_root(&cleaned) else { return Err(outside(path)) };
         let dir = root.dir.try_clone().map_err(|e| {
             ErrorObject::invalid_request(format!("cannot use the root of {}: {e}", path.display()))
         })?;
         Ok(Located::new(self, path, dir, rel.to_path_buf(), sys::CONFINED))
+    }
+
+    /// The root a cleaned path falls under (the closest one) and the rest of it.
+    fn best_root<'p>(&self, cleaned: &'p Path) -> Option<(&Root, &'p Path)> {
+        self.roots
+            .iter()
+            .flat_map(|root| [(root, &root.given), (root, &root.canonical)])
+            .filter_map(|(root, prefix)| Some((root, cleaned.strip_prefix(prefix).ok()?)))
+            .min_by_key(|(_, rel)| rel.components().count())
+    }
+
+    /// Opens `path` (`O_PATH | flags`) as [`Roots::locate`] and `Located::open`
+    /// would, but from the kernel's caches alone ([`sys::openat2_cached`]):
+    /// never a wait on a disk or a server, so the server loop may call it.
+    /// None when that is not enough or anything fails; the caller then takes
+    /// the ordinary path, which gives the error.
+    pub(crate) fn open_cached(&self, path: &Path, flags: libc::c_int) -> Option<OwnedFd> {
+        if !path.is_absolute() {
+            return None;
+        }
+        let cleaned = clean(path);
+        if self.roots.is_empty() {
+            return sys::openat2_cached(libc::AT_FDCWD, &sys::c_path(&cleaned).ok()?, flags, 0)
+                .ok();
+        }
+        let (root, rel) = self.best_root(&cleaned)?;
+        let rel = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };
+        let c_rel = sys::c_path(rel).ok()?;
+        sys::openat2_cached(root.dir.as_raw_fd(), &c_rel, flags, sys::CONFINED).ok()
     }
 
     /// Checks a process's `cwd` (already known to be absolute) and returns it

@@ -2,7 +2,7 @@
 
 use std::ffi::{CStr, CString, OsString};
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 
@@ -32,27 +32,62 @@ pub(crate) fn openat2(
     how.mode = if creates { u64::from(mode) } else { 0 };
     how.resolve = resolve;
     for _ in 0..16 {
-        // SAFETY: `path` is NUL-terminated and `how` lives across the call, whose
-        // size argument matches it; the kernel only reads both.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                dir.as_raw_fd(),
-                path.as_ptr(),
-                &how as *const libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            )
-        };
-        if fd >= 0 {
-            // SAFETY: the kernel returned a new descriptor that nothing else owns.
-            return Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) });
-        }
-        let error = io::Error::last_os_error();
-        if error.raw_os_error() != Some(libc::EAGAIN) {
-            return Err(error);
+        match openat2_once(dir.as_raw_fd(), path, &how) {
+            Err(error) if error.raw_os_error() == Some(libc::EAGAIN) => continue,
+            result => return result,
         }
     }
     Err(io::Error::from_raw_os_error(libc::EAGAIN))
+}
+
+/// `openat2(dir, path, O_PATH | flags)` from the kernel's caches alone
+/// (`RESOLVE_CACHED` added to `resolve`): EAGAIN when any component would need
+/// a lookup on disk or a revalidation with a network or FUSE server. One
+/// attempt; `dir` may be `AT_FDCWD` (for an absolute path it is not used).
+pub(crate) fn openat2_cached(
+    dir: RawFd,
+    path: &CStr,
+    flags: libc::c_int,
+    resolve: u64,
+) -> io::Result<OwnedFd> {
+    // SAFETY: `open_how` is a plain struct of integers, for which all zeroes is valid.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | flags | libc::O_CLOEXEC) as u64;
+    how.resolve = resolve | libc::RESOLVE_CACHED;
+    openat2_once(dir, path, &how)
+}
+
+fn openat2_once(dir: RawFd, path: &CStr, how: &libc::open_how) -> io::Result<OwnedFd> {
+    // SAFETY: `path` is NUL-terminated and `how` lives across the call, whose
+    // size argument matches it; the kernel only reads both.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir,
+            path.as_ptr(),
+            how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
+/// `statx` of `fd` itself from cached attributes alone (`AT_STATX_DONT_SYNC`:
+/// no round trip to a network or FUSE server), with the birth time if known.
+pub(crate) fn statx_cached(fd: BorrowedFd<'_>) -> io::Result<libc::statx> {
+    let flags = libc::AT_EMPTY_PATH | libc::AT_STATX_DONT_SYNC;
+    let mask = libc::STATX_BASIC_STATS | libc::STATX_BTIME;
+    // SAFETY: `statx` is plain integers (all zeroes is valid); the path is an
+    // empty NUL-terminated string and the kernel writes only into `buffer`.
+    unsafe {
+        let mut buffer: libc::statx = std::mem::zeroed();
+        check(libc::statx(fd.as_raw_fd(), c"".as_ptr(), flags, mask, &mut buffer))?;
+        Ok(buffer)
+    }
 }
 
 /// `openat(dir, name, flags | O_CLOEXEC, mode)`.

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use tokio::task::{Id, JoinSet};
+use tokio::time::{Duration, Instant};
 
 use super::dispatch::{call, decode, reply};
 use crate::fs::{self, Roots};
@@ -27,6 +28,9 @@ const FS_IN_FLIGHT: usize = 4;
 const FS_QUEUED: usize = 64;
 /// Bytes of waiting fs requests; beyond, a call is refused at once.
 const FS_QUEUED_BYTES: usize = 64 * 1024 * 1024;
+/// How long after starting a call the loop keeps polling instead of sleeping
+/// (see [`FsCalls::spinning`]).
+const SPIN: Duration = Duration::from_micros(150);
 
 struct Running {
     id: RequestId,
@@ -51,6 +55,8 @@ pub(super) struct FsCalls {
     running_paths: HashMap<Id, Running>,
     queue: VecDeque<Job>,
     queued_bytes: usize,
+    /// When the loop stops polling for the calls started last.
+    spin_until: Option<Instant>,
 }
 
 impl FsCalls {
@@ -61,12 +67,22 @@ impl FsCalls {
             running_paths: HashMap::new(),
             queue: VecDeque::new(),
             queued_bytes: 0,
+            spin_until: None,
         }
     }
 
     /// No call is running or waiting.
     pub(super) fn is_idle(&self) -> bool {
         self.running.is_empty() && self.queue.is_empty()
+    }
+
+    /// Whether the loop should poll again at once rather than sleep: a call
+    /// started less than [`SPIN`] ago is running. A metadata call is done in
+    /// a few microseconds, but a sleeping loop thread takes a cross-CPU wake-up
+    /// to see it (tens of microseconds on a VM, where the idle CPU halts);
+    /// polling for a bounded 150 us per call keeps the CPU awake instead.
+    pub(super) fn spinning(&self, now: Instant) -> bool {
+        !self.running.is_empty() && self.spin_until.is_some_and(|until| now < until)
     }
 
     /// Starts the call, or queues it when [`FS_IN_FLIGHT`] already run. A full
@@ -88,10 +104,29 @@ impl FsCalls {
             return Some(encode_response::<Empty>(&id, &Err(error)));
         }
         let paths = named_paths(&params);
+        if method == GetMetadata::NAME && !self.overlaps_earlier(&paths) {
+            if let Some(line) = self.cached_metadata(&id, &params) {
+                return Some(line);
+            }
+        }
         self.queue.push_back(Job { id, method, params, bytes, paths });
         self.queued_bytes += bytes;
         self.start_queued();
         None
+    }
+
+    /// Whether a call on `paths` must wait for one running or waiting.
+    fn overlaps_earlier(&self, paths: &[PathBuf]) -> bool {
+        self.running_paths.values().any(|other| overlap(paths, &other.paths))
+            || self.queue.iter().any(|earlier| overlap(paths, &earlier.paths))
+    }
+
+    /// The reply to `fs/getMetadata` when the kernel's caches alone can give
+    /// it (see `fs::cached_metadata`): answered on the loop, no thread hop.
+    fn cached_metadata(&self, id: &RequestId, params: &Value) -> Option<String> {
+        let params = decode::<GetMetadata>(params.clone()).ok()?;
+        let meta = fs::cached_metadata(&self.roots, &params)?;
+        Some(reply::<GetMetadata>(id, Ok(meta)))
     }
 
     /// Refuses every call still waiting (the connection is ending) and drops the rest.
@@ -151,6 +186,7 @@ impl FsCalls {
             };
             let roots = self.roots.clone();
             let task = self.running.spawn_blocking(move || run(&roots, job));
+            self.spin_until = Some(Instant::now() + SPIN);
             self.running_paths.insert(task.id(), running);
         }
     }
