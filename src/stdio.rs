@@ -7,7 +7,7 @@
 //! original flags back when dropped.
 
 use std::io;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::unix::pipe;
@@ -31,17 +31,18 @@ impl Stdio {
     /// Opens stdin and stdout; must be called inside a tokio runtime.
     pub(crate) fn open() -> Stdio {
         let mut restore = Vec::new();
-        let reader: Box<dyn AsyncRead + Send + Unpin> = match pipe_end(
-            libc::STDIN_FILENO,
-            &mut restore,
-        )
-        .and_then(pipe::Receiver::from_owned_fd)
-        {
-            Ok(pipe) => Box::new(pipe),
-            Err(_) => Box::new(tokio::io::stdin()),
-        };
+        let reader: Box<dyn AsyncRead + Send + Unpin> =
+            match pipe_end(libc::STDIN_FILENO, &mut restore)
+                .map(grown)
+                .and_then(pipe::Receiver::from_owned_fd)
+            {
+                Ok(pipe) => Box::new(pipe),
+                Err(_) => Box::new(tokio::io::stdin()),
+            };
         let writer: Box<dyn AsyncWrite + Send + Unpin> =
-            match pipe_end(libc::STDOUT_FILENO, &mut restore).and_then(pipe::Sender::from_owned_fd)
+            match pipe_end(libc::STDOUT_FILENO, &mut restore)
+                .map(grown)
+                .and_then(pipe::Sender::from_owned_fd)
             {
                 Ok(pipe) => Box::new(pipe),
                 Err(_) => Box::new(tokio::io::stdout()),
@@ -59,8 +60,20 @@ impl Drop for FlagsGuard {
     }
 }
 
-/// The buffer asked for stdin and stdout pipes: the default unprivileged maximum.
-const PIPE_SIZE: libc::c_int = 1 << 20;
+/// The buffer asked for stdin and stdout pipes (the default is 64 KiB): lines
+/// of megabytes then cross in fewer, larger reads and writes (measured: the raw
+/// output stream 0.41 -> 0.64-0.80 of a direct pipe read). Not larger: every
+/// pipe page counts against the user's pipe-user-pages-soft (64 MiB), past
+/// which new pipes of that user get two pages; 256 KiB is 128 pages, so even
+/// dozens of servers stay well inside it. Best effort: a refusal keeps the default.
+const PIPE_SIZE: libc::c_int = 256 << 10;
+
+/// `pipe` with its buffer grown to [`PIPE_SIZE`] if the kernel allows.
+fn grown(pipe: OwnedFd) -> OwnedFd {
+    // SAFETY: F_SETPIPE_SZ only resizes the buffer of a pipe this process holds.
+    unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
+    pipe
+}
 
 /// A duplicate of `fd` when it is a pipe, remembering its flags to restore.
 fn pipe_end(fd: libc::c_int, restore: &mut Vec<(libc::c_int, libc::c_int)>) -> io::Result<OwnedFd> {
@@ -79,10 +92,6 @@ fn pipe_end(fd: libc::c_int, restore: &mut Vec<(libc::c_int, libc::c_int)>) -> i
         return Err(io::Error::last_os_error());
     }
     restore.push((fd, flags));
-    // Lines of tens of MiB cross these pipes: a larger buffer means fewer
-    // wake-ups on both sides. Best effort; the default size still works.
-    // SAFETY: F_SETPIPE_SZ only resizes the pipe's buffer.
-    unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, PIPE_SIZE) };
     // SAFETY: the standard descriptors stay open for the life of the process.
     unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()
 }

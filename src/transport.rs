@@ -34,7 +34,7 @@ impl Incoming {
 /// The read buffer for input lines: as large as the stdio pipes (see
 /// `stdio`), so a line of megabytes takes a few reads instead of hundreds.
 /// Only the part a read fills is ever touched.
-pub(crate) const INPUT_BUFFER: usize = 1 << 20;
+pub(crate) const INPUT_BUFFER: usize = 256 << 10;
 
 /// The stdio wording of a parse error, before the detail.
 pub(crate) const LINE_ERROR: &str = "failed to parse JSON-RPC message: ";

@@ -1,4 +1,4 @@
-//! A 200 MiB file round-trips through the real binary in 8 MiB pieces while the server stays small.
+//! Large messages through the real binary: a 200 MiB file in 8 MiB pieces with the server staying small, and the stdio pipes grown for them.
 
 use serde_json::json;
 
@@ -75,4 +75,26 @@ async fn a_200_mib_file_round_trips_in_8_mib_pieces() {
     eprintln!("server peak RSS: {peak} KiB");
     assert!(peak < 64 * 1024, "server peak RSS {peak} KiB is over 64 MiB");
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The size of the pipe that is descriptor `fd` of process `pid`.
+fn pipe_size(pid: u32, fd: i32, flags: i32) -> i32 {
+    let path = std::ffi::CString::new(format!("/proc/{pid}/fd/{fd}")).unwrap();
+    // SAFETY: open of a NUL-terminated path; the descriptor is closed below.
+    let ours = unsafe { libc::open(path.as_ptr(), flags | libc::O_NONBLOCK | libc::O_CLOEXEC) };
+    assert!(ours >= 0, "open {path:?}: {}", std::io::Error::last_os_error());
+    // SAFETY: F_GETPIPE_SZ on a descriptor this test owns, then closing it.
+    unsafe {
+        let size = libc::fcntl(ours, libc::F_GETPIPE_SZ);
+        libc::close(ours);
+        size
+    }
+}
+
+#[tokio::test]
+async fn the_server_grows_its_stdio_pipes_for_large_lines() {
+    let server = Binary::ready(&[]).await;
+    let pid = server.child.id().unwrap();
+    assert_eq!(pipe_size(pid, 0, libc::O_RDONLY), 256 * 1024, "stdin");
+    assert_eq!(pipe_size(pid, 1, libc::O_WRONLY), 256 * 1024, "stdout");
 }
