@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use tokio::sync::mpsc::{Permit, Sender};
 
 /// Past this many bytes waiting, the loop stops taking input and process events.
-/// Small, since stdout pipes are grown to 1 MiB (`stdio`): the kernel buffers the rest.
+/// Small, since stdout pipes are grown to 256 KiB (`stdio`): the kernel buffers the rest.
 const OUTBOX_BYTES: usize = 256 * 1024;
 
 /// Lines for the writer, in order.
