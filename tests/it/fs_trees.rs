@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::binary::BIN;
-use crate::support::scratch;
+use crate::support::{peak_rss_kib, scratch};
 
 /// Walking 100,000 entries can take a while on a loaded machine: a longer
 /// bound than the harness's 20 s per wait.
@@ -18,13 +18,6 @@ const TREE_TIMEOUT: Duration = Duration::from_secs(300);
 
 const DIRS: usize = 100;
 const PER_DIR: usize = 1000;
-
-/// Peak resident set of `pid` in KiB.
-fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
 
 /// Counts entries under `dir` (not following links) and checks a sample.
 fn count(dir: &Path) -> usize {

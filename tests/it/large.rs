@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use crate::binary::Binary;
-use crate::support::{b64, scratch, unb64};
+use crate::support::{b64, peak_rss_kib, scratch, unb64};
 
 const PIECE: usize = 8 * 1024 * 1024;
 const PIECES: usize = 25;
@@ -34,13 +34,6 @@ impl Checksum {
             self.0 = (self.0 ^ b as u64).wrapping_mul(0x0100_0000_01b3);
         }
     }
-}
-
-/// Peak resident set of `pid` in KiB.
-fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
 #[tokio::test]

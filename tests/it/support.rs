@@ -32,6 +32,13 @@ pub fn unb64(text: &Value) -> Vec<u8> {
         .expect("valid base64")
 }
 
+/// Peak resident set of `pid` in KiB (VmHWM).
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
 /// A fresh scratch directory for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("exec-server-it-{}-{name}", std::process::id()));
