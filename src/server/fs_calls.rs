@@ -88,6 +88,7 @@ impl FsCalls {
     /// Starts the call, or queues it when [`FS_IN_FLIGHT`] already run. A full
     /// queue refuses it at once (the encoded error is returned): the input is
     /// never paused for fs calls, so stuck ones can hold up nothing, EOF included.
+    /// A cached `fs/getMetadata` is answered at once (the reply is returned).
     pub(super) fn submit(
         &mut self,
         id: RequestId,
@@ -95,6 +96,12 @@ impl FsCalls {
         params: Value,
         bytes: usize,
     ) -> Option<String> {
+        let paths = named_paths(&params);
+        if method == GetMetadata::NAME && !self.overlaps_earlier(&paths) {
+            if let Some(line) = self.cached_metadata(&id, &params) {
+                return Some(line);
+            }
+        }
         if self.queue.len() >= FS_QUEUED || self.queued_bytes + bytes > FS_QUEUED_BYTES {
             let error = ErrorObject::invalid_request(format!(
                 "too many fs calls waiting: {} wait behind {} running (the limit is {FS_QUEUED} calls or {FS_QUEUED_BYTES} bytes); wait for replies before sending more",
@@ -102,12 +109,6 @@ impl FsCalls {
                 self.running.len()
             ));
             return Some(encode_response::<Empty>(&id, &Err(error)));
-        }
-        let paths = named_paths(&params);
-        if method == GetMetadata::NAME && !self.overlaps_earlier(&paths) {
-            if let Some(line) = self.cached_metadata(&id, &params) {
-                return Some(line);
-            }
         }
         self.queue.push_back(Job { id, method, params, bytes, paths });
         self.queued_bytes += bytes;
