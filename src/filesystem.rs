@@ -132,7 +132,7 @@ fn mkdir_params(path: &Path, recursive: bool) -> CreateDirectoryParams {
     CreateDirectoryParams { path: path.to_path_buf(), recursive: Some(recursive) }
 }
 
-static NO_ROOTS: Roots = Roots::EMPTY;
+static NO_ROOTS: Roots = Roots::empty();
 
 /// Runs a blocking fs handler on tokio's blocking pool, unconfined.
 async fn local<T: Send + 'static>(

@@ -12,6 +12,7 @@ mod cached;
 mod copy;
 mod error;
 mod kind;
+mod mounts;
 pub(crate) mod names;
 mod open;
 mod read;
@@ -79,6 +80,8 @@ pub(crate) fn create_all(located: &Located<'_>) -> io::Result<()> {
 /// `fs/getMetadata`: follows symlinks (a dangling link is NotFound) and reports
 /// whether the path itself is a symlink; `followSymlinks: false` describes the link.
 pub(crate) fn get_metadata(roots: &Roots, params: PathParams) -> FsResult<Metadata> {
+    // So that the next call can be answered from the kernel's caches (`cached.rs`).
+    roots.owned.refresh();
     let op = FsOp::Stat;
     let located = roots.locate(&params.path)?;
     let stat = |flags| -> FsResult<std::fs::Metadata> {

@@ -68,10 +68,17 @@ impl Drop for FlagsGuard {
 /// dozens of servers stay well inside it. Best effort: a refusal keeps the default.
 const PIPE_SIZE: libc::c_int = 256 << 10;
 
-/// `pipe` with its buffer grown to [`PIPE_SIZE`] if the kernel allows.
+/// `pipe` with its buffer grown to [`PIPE_SIZE`] if it is smaller and the
+/// kernel allows (the pipe is the client's too: a larger one is kept).
 fn grown(pipe: OwnedFd) -> OwnedFd {
-    // SAFETY: F_SETPIPE_SZ only resizes the buffer of a pipe this process holds.
-    unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
+    // SAFETY: F_GETPIPE_SZ and F_SETPIPE_SZ only read and resize the buffer of
+    // a pipe this process holds.
+    unsafe {
+        let size = libc::fcntl(pipe.as_raw_fd(), libc::F_GETPIPE_SZ);
+        if (0..PIPE_SIZE).contains(&size) {
+            libc::fcntl(pipe.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE);
+        }
+    }
     pipe
 }
 

@@ -36,6 +36,10 @@ impl Incoming {
 /// Only the part a read fills is ever touched.
 pub(crate) const INPUT_BUFFER: usize = 256 << 10;
 
+/// The largest line buffer kept for the next line: room for an 8 MiB file as
+/// base64 (the size clients send files in), not for every outlier.
+const KEPT_LINE: usize = 16 << 20;
+
 /// The stdio wording of a parse error, before the detail.
 pub(crate) const LINE_ERROR: &str = "failed to parse JSON-RPC message: ";
 
@@ -132,8 +136,10 @@ where
 /// Lets go of a large line buffer once a line much smaller than it came:
 /// a run of large messages reuses one buffer, and a server back to small
 /// messages does not keep the memory of its largest.
+/// One over [`KEPT_LINE`] is let go at once.
 fn release_if_idle(line: &mut Vec<u8>) {
-    if line.capacity() > INPUT_BUFFER && line.len() < line.capacity() / 8 {
+    let capacity = line.capacity();
+    if capacity > KEPT_LINE || (capacity > INPUT_BUFFER && line.len() < capacity / 8) {
         *line = Vec::new();
     }
 }

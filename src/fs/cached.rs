@@ -9,9 +9,12 @@
 //! EAGAIN where a lookup or a revalidation would be needed, and `statx` with
 //! `AT_STATX_DONT_SYNC` answers from cached attributes without asking a
 //! network or FUSE server. An `O_PATH` descriptor opens nothing (no FIFO,
-//! device or filesystem `open` runs). Anything short of success, errors
-//! included, gives None, and the call takes the ordinary path, so errors and
-//! the first stat of a cold path still come from the blocking thread.
+//! device or filesystem `open` runs). Cached attributes are only the truth on
+//! a filesystem with no server behind it, so the answer is only used for a
+//! file on one (`mounts.rs`); on FUSE or NFS it could be stale. Anything short
+//! of success, errors included, gives None, and the call takes the ordinary
+//! path, so errors and the first stat of a cold path still come from the
+//! blocking thread.
 
 use std::os::fd::AsFd;
 use std::time::{Duration, SystemTime};
@@ -23,7 +26,10 @@ use crate::protocol::{Metadata, PathParams};
 pub(crate) fn cached_metadata(roots: &Roots, params: &PathParams) -> Option<Metadata> {
     let stat = |flags| {
         let fd = roots.open_cached(&params.path, flags)?;
-        sys::statx_cached(fd.as_fd()).ok()
+        let stat = sys::statx_cached(fd.as_fd()).ok()?;
+        // Checked after the stat: the mount table was as read when it ran.
+        let device = libc::makedev(stat.stx_dev_major, stat.stx_dev_minor);
+        roots.owned.owns(device).then_some(stat)
     };
     let link = stat(libc::O_NOFOLLOW)?;
     let is_symlink = u32::from(link.stx_mode) & libc::S_IFMT == libc::S_IFLNK;
@@ -89,7 +95,7 @@ mod tests {
     #[test]
     fn cached_metadata_is_the_blocking_answer() {
         let dir = scratch();
-        let unconfined = Roots::EMPTY;
+        let unconfined = Roots::empty();
         let confined = Roots::new(std::slice::from_ref(&dir)).unwrap();
         for name in ["", "sub", "file", "link", "dirlink", "fifo", "sub/../file", "sub/"] {
             let path = dir.join(name);

@@ -13,6 +13,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
+use super::mounts::OwnedDevices;
 use super::open::Located;
 use super::sys;
 use crate::protocol::ErrorObject;
@@ -21,6 +22,8 @@ use crate::protocol::ErrorObject;
 #[derive(Debug, Default)]
 pub(crate) struct Roots {
     roots: Vec<Root>,
+    /// Where a cached `fs/getMetadata` may be trusted (`mounts.rs`).
+    pub(crate) owned: OwnedDevices,
 }
 
 #[derive(Debug)]
@@ -35,7 +38,9 @@ struct Root {
 
 impl Roots {
     /// No confinement.
-    pub(crate) const EMPTY: Roots = Roots { roots: Vec::new() };
+    pub(crate) const fn empty() -> Roots {
+        Roots { roots: Vec::new(), owned: OwnedDevices::new() }
+    }
 
     /// Opens each root; a root must be an existing directory.
     pub(crate) fn new(roots: &[PathBuf]) -> io::Result<Roots> {
@@ -57,7 +62,7 @@ impl Roots {
             let given = clean(&std::path::absolute(root).map_err(named)?);
             opened.push(Root { given, canonical, dir });
         }
-        Ok(Roots { roots: opened })
+        Ok(Roots { roots: opened, owned: OwnedDevices::new() })
     }
 
     /// Whether any root is configured.

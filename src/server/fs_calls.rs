@@ -28,6 +28,11 @@ const FS_IN_FLIGHT: usize = 4;
 const FS_QUEUED: usize = 64;
 /// Bytes of waiting fs requests; beyond, a call is refused at once.
 const FS_QUEUED_BYTES: usize = 64 * 1024 * 1024;
+/// The longest `fs/getMetadata` line tried from the kernel's caches on the
+/// loop: a path (PATH_MAX is 4096 bytes, more as base64) and its options. A
+/// larger one, padded with whatever a client likes, is decoded on a blocking
+/// thread like any call, so it cannot stall the loop.
+const CACHED_MAX_BYTES: usize = 16 * 1024;
 /// How long after starting a call the loop keeps polling instead of sleeping
 /// (see [`FsCalls::spinning`]).
 const SPIN: Duration = Duration::from_micros(150);
@@ -97,7 +102,10 @@ impl FsCalls {
         bytes: usize,
     ) -> Option<String> {
         let paths = named_paths(&params);
-        if method == GetMetadata::NAME && !self.overlaps_earlier(&paths) {
+        if method == GetMetadata::NAME
+            && bytes <= CACHED_MAX_BYTES
+            && !self.overlaps_earlier(&paths)
+        {
             if let Some(line) = self.cached_metadata(&id, &params) {
                 return Some(line);
             }

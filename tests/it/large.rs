@@ -91,3 +91,39 @@ async fn the_server_grows_its_stdio_pipes_for_large_lines() {
     assert_eq!(pipe_size(pid, 0, libc::O_RDONLY), 256 * 1024, "stdin");
     assert_eq!(pipe_size(pid, 1, libc::O_WRONLY), 256 * 1024, "stdout");
 }
+
+/// A pipe whose buffer was set to `size`: (read end, write end).
+fn pipe_of(size: i32) -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors, owned right after; F_SETPIPE_SZ resizes one.
+    unsafe {
+        assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC), 0);
+        assert_eq!(libc::fcntl(fds[0], libc::F_SETPIPE_SZ, size), size);
+        (std::os::fd::OwnedFd::from_raw_fd(fds[0]), std::os::fd::OwnedFd::from_raw_fd(fds[1]))
+    }
+}
+
+#[test]
+fn a_client_pipe_larger_than_the_servers_choice_is_kept() {
+    use std::io::{BufRead, Write};
+    let (stdin_read, stdin_write) = pipe_of(1 << 20);
+    let (stdout_read, stdout_write) = pipe_of(1 << 20);
+    let mut child = std::process::Command::new(crate::binary::BIN)
+        .stdin(stdin_read)
+        .stdout(stdout_write)
+        .spawn()
+        .unwrap();
+    let mut input = std::fs::File::from(stdin_write);
+    let mut output = std::io::BufReader::new(std::fs::File::from(stdout_read));
+    writeln!(input, r#"{{"id":1,"method":"initialize","params":{{"clientName":"pipes"}}}}"#)
+        .unwrap();
+    let mut reply = String::new();
+    output.read_line(&mut reply).unwrap();
+    assert!(reply.starts_with(r#"{"id":1,"result":{"#), "{reply}");
+    let pid = child.id();
+    assert_eq!(pipe_size(pid, 0, libc::O_RDONLY), 1 << 20, "stdin");
+    assert_eq!(pipe_size(pid, 1, libc::O_WRONLY), 1 << 20, "stdout");
+    drop(input);
+    assert!(child.wait().unwrap().success());
+}

@@ -10,6 +10,7 @@ mod fs;
 mod fs_escape;
 mod fs_files;
 mod fs_trees;
+mod fuse;
 mod large;
 mod launcher;
 mod process;
