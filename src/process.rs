@@ -29,6 +29,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use self::entry::Entry;
+use self::pumps::EventSender;
 pub(crate) use self::pumps::ProcEvent;
 use self::pumps::{StdinError, StdinOp, STDIN_LIMIT};
 pub(crate) use self::registry::{kill_descendants, reap_orphans};
@@ -93,7 +94,7 @@ pub(crate) struct ProcessTable {
     entries: HashMap<String, Entry>,
     ids: HashMap<u64, String>,
     next_serial: u64,
-    events: mpsc::Sender<ProcEvent>,
+    events: EventSender,
     timers: Timers,
     /// Parked reads by wait id, and the wait ids of each process serial.
     parked: HashMap<u64, ParkedRead>,
@@ -115,7 +116,7 @@ impl ProcessTable {
             entries: HashMap::new(),
             ids: HashMap::new(),
             next_serial: 1,
-            events,
+            events: EventSender::new(events),
             timers: Timers::default(),
             parked: HashMap::new(),
             parked_by_process: HashMap::new(),

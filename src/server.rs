@@ -37,10 +37,10 @@ pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 pub const DEFAULT_MAX_PROCESSES: usize = 1024;
 /// How long an exited process's id stays reserved by default.
 pub const DEFAULT_ID_RESERVATION: Duration = Duration::from_secs(30);
-/// Process events (output chunks of up to 64 KiB) queued for the loop: small,
-/// so a stream holds little memory (8 -> 4 took the peak RSS of a server
-/// streaming 256 MiB to a slower client from 9.8 to 9.3-9.6 MiB).
-const EVENT_QUEUE: usize = 4;
+/// Process events queued for the loop. Output is also bounded in bytes, 256
+/// KiB for all processes (`process::pumps`), so this only limits the small
+/// ones: exits and stream ends of many processes at once.
+const EVENT_QUEUE: usize = 64;
 /// How long a killed connection waits for its processes' streams to close
 /// (and its fs calls to finish) before it ends anyway.
 const KILL_DRAIN: Duration = Duration::from_millis(500);

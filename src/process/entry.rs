@@ -9,12 +9,11 @@
 use std::time::Duration;
 
 use portable_pty::{MasterPty, PtySize};
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::output::OutputLog;
-use super::pumps::{self, ProcEvent, StdinQueue};
+use super::pumps::{self, EventSender, StdinQueue};
 use super::registry;
 use super::signal::{signal_group, ExitInfo, Signal};
 use super::spawn::{self, SpawnRequest, Spawned};
@@ -97,7 +96,7 @@ impl Entry {
         serial: u64,
         params: &StartParams,
         spawned: Spawned,
-        events: &mpsc::Sender<ProcEvent>,
+        events: &EventSender,
         retained_bytes: usize,
     ) -> std::io::Result<Entry> {
         let pid = spawned.pid;

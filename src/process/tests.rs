@@ -45,7 +45,11 @@ async fn reads_answered_early_leave_no_timer_or_parked_entry() {
         let outcome = table.read(RequestId::from(seq as i64), waiting_read("p", seq), now).unwrap();
         assert!(matches!(outcome, ReadOutcome::Parked));
         assert_eq!(table.pending_counts(), (1, 1));
-        let output = ProcEvent::Output { serial: 1, stream: Stream::Stdout, bytes: b"x".to_vec() };
+        let budget = std::sync::Arc::new(tokio::sync::Semaphore::new(1));
+        let budget = budget.acquire_many_owned(1).await.unwrap();
+        let bytes = b"x".to_vec();
+        let output =
+            ProcEvent::Output { serial: 1, stream: Stream::Stdout, bytes, _budget: budget };
         table.on_event(output, now, &mut out);
         assert_eq!(table.pending_counts(), (0, 0), "after answering read {seq}");
     }
@@ -176,4 +180,21 @@ async fn grace_ends_with_sigkill_to_the_group_at_its_deadline() {
     .await
     .unwrap();
     assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGKILL, "{status}");
+}
+
+#[tokio::test]
+async fn output_on_its_way_to_the_loop_is_bounded_in_bytes_not_events() {
+    use futures_util::FutureExt as _;
+    let (tx, mut rx) = mpsc::channel(64);
+    let events = pumps::EventSender::new(tx);
+    for _ in 0..4 {
+        assert!(events.output(1, Stream::Stdout, vec![0; 64 * 1024]).await);
+    }
+    // Room for 60 more events, but not for one more byte of output...
+    assert_eq!(events.output(1, Stream::Stdout, vec![0; 1]).now_or_never(), None);
+    // ...while an event without output still goes at once.
+    assert_eq!(events.send(ProcEvent::StreamEnd { serial: 2 }).now_or_never(), Some(true));
+    // The loop handling one chunk frees its bytes.
+    drop(rx.recv().await);
+    assert_eq!(events.output(1, Stream::Stdout, vec![0; 1]).now_or_never(), Some(true));
 }
