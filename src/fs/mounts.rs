@@ -128,7 +128,11 @@ junk without a separator";
             stat.st_dev
         };
         assert!(!owned.owns(root), "nothing is owned before the table is read");
-        owned.refresh();
-        assert!(owned.owns(root), "/proc is owned once the table is read");
+        // A mount elsewhere on the machine drops the table: a few tries.
+        let owned_once_read = (0..3).any(|_| {
+            owned.refresh();
+            owned.owns(root)
+        });
+        assert!(owned_once_read, "/proc is owned once the table is read");
     }
 }
