@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::{header, StatusCode};
@@ -260,7 +260,9 @@ fn bridge(ws: WebSocketStream<TcpStream>, limit: usize, ping_interval: Duration)
         let _ = sink.close().await;
         Ok(())
     });
-    Channels { incoming, outgoing, reader, writer }
+    // A close frame ends the reader after the frames before it are taken.
+    let (_, input_ended) = oneshot::channel();
+    Channels { incoming, outgoing, reader, writer, input_ended }
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
@@ -103,12 +103,12 @@ where
     S: Future<Output = ()>,
 {
     let roots = Arc::new(Roots::new(&config.roots)?);
-    let (incoming, reader) = transport::spawn_reader(
+    let (incoming, reader, input_ended) = transport::spawn_reader(
         BufReader::with_capacity(transport::INPUT_BUFFER, reader),
         config.max_message_bytes,
     );
     let (outgoing, writer) = transport::spawn_writer(writer);
-    let channels = Channels { incoming, outgoing, reader, writer };
+    let channels = Channels { incoming, outgoing, reader, writer, input_ended };
     serve(channels, roots, &config, shutdown).await
 }
 
@@ -119,6 +119,9 @@ pub(crate) struct Channels {
     pub(crate) outgoing: mpsc::Sender<String>,
     pub(crate) reader: JoinHandle<()>,
     pub(crate) writer: JoinHandle<io::Result<()>>,
+    /// Fires when the input has ended while lines before its end still wait
+    /// for the loop; a transport without that signal drops the sender.
+    pub(crate) input_ended: oneshot::Receiver<()>,
 }
 
 /// The loop of one connection over any transport.
@@ -131,7 +134,8 @@ pub(crate) async fn serve<S>(
 where
     S: Future<Output = ()>,
 {
-    let Channels { mut incoming, outgoing: lines, reader, writer } = channels;
+    let Channels { mut incoming, outgoing: lines, reader, writer, mut input_ended } = channels;
+    let mut ending_seen = false;
     // If this future is dropped midway, the transport's tasks go with it.
     let reader_task = AbortOnDrop(reader);
     let mut writer_task = AbortOnDrop(writer);
@@ -163,6 +167,16 @@ where
                     }
                 }
             },
+            // The client closed its input but reads no replies, so the loop
+            // takes no input and would never reach the EOF: act on it now.
+            ended = &mut input_ended, if input_open && !room && !ending_seen => {
+                ending_seen = true;
+                if ended.is_ok() && config.on_eof == OnEof::Kill {
+                    tracing::debug!("input ended while replies wait; killing the processes");
+                    state.table.kill_all();
+                    drain_deadline.get_or_insert(Instant::now() + KILL_DRAIN);
+                }
+            }
             Some(event) = events.recv(), if room => state.table.on_event(event, Instant::now(), &mut out),
             line = state.fs.next_reply() => out.push(line),
             // Polls again (after a non-blocking look at I/O) while a fresh fs call runs.

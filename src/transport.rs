@@ -3,7 +3,7 @@
 use std::io;
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::protocol::Message;
@@ -99,12 +99,14 @@ pub(crate) async fn read_line_into<R: AsyncBufRead + Unpin>(
 pub(crate) fn spawn_reader<R>(
     mut reader: R,
     limit: usize,
-) -> (mpsc::Receiver<Incoming>, JoinHandle<()>)
+) -> (mpsc::Receiver<Incoming>, JoinHandle<()>, oneshot::Receiver<()>)
 where
     R: AsyncBufRead + Unpin + Send + 'static,
 {
     // Lines can be tens of MiB: read ahead only two, the pipe holds the rest.
     let (tx, rx) = mpsc::channel(2);
+    let (ended_tx, ended) = oneshot::channel();
+    let mut ended_tx = Some(ended_tx);
     let task = tokio::spawn(async move {
         // One buffer for every line (a fresh one costs a page fault per 4 KiB).
         let mut line = Vec::new();
@@ -118,9 +120,11 @@ where
             release_if_idle(&mut line);
             match incoming {
                 Ok(Some(incoming)) => {
-                    if tx.send(incoming).await.is_err() {
+                    let Some(permit) = reserve_watching_end(&tx, &mut reader, &mut ended_tx).await
+                    else {
                         break;
-                    }
+                    };
+                    permit.send(incoming);
                 }
                 Ok(None) => break,
                 Err(error) => {
@@ -129,8 +133,40 @@ where
                 }
             }
         }
+        // The loop may not be taking input (see `reserve_watching_end`).
+        if let Some(ended) = ended_tx.take() {
+            let _ = ended.send(());
+        }
     });
-    (rx, task)
+    (rx, task, ended)
+}
+
+/// Waits for room in the channel (the loop takes no input while its replies
+/// wait for a client that does not read) and meanwhile looks at the input: if
+/// it has ended, `ended` says so at once, so that EOF still kills a
+/// connection's processes (`--on-eof kill`) while lines before it wait. Data
+/// instead ends the look until the next wait; nothing is consumed.
+async fn reserve_watching_end<'a, R: AsyncBufRead + Unpin>(
+    tx: &'a mpsc::Sender<Incoming>,
+    reader: &mut R,
+    ended: &mut Option<oneshot::Sender<()>>,
+) -> Option<mpsc::Permit<'a, Incoming>> {
+    let reserve = tx.reserve();
+    tokio::pin!(reserve);
+    let mut watching = ended.is_some();
+    loop {
+        tokio::select! {
+            permit = &mut reserve => return permit.ok(),
+            at_end = reader.fill_buf(), if watching => {
+                watching = false;
+                if at_end.map_or(true, |available| available.is_empty()) {
+                    if let Some(ended) = ended.take() {
+                        let _ = ended.send(());
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Lets go of a large line buffer once a line much smaller than it came:

@@ -297,3 +297,40 @@ async fn a_client_that_closes_stdout_ends_the_connection() {
     assert_eq!(status.code(), Some(0));
     wait_dead(pid.unwrap()).await;
 }
+
+#[tokio::test]
+async fn stdin_eof_kills_the_processes_of_a_client_that_reads_no_replies() {
+    let mut server = Binary::ready(&[]).await;
+    server.result("process/start", start_params("flood", &["yes", "flood"], json!({}))).await;
+    let list = server.result("process/list", json!({})).await;
+    let pid = list["processes"][0]["pid"].as_u64().unwrap() as u32;
+    // Nothing is read from here on: the replies fill the server's stdout and
+    // outbox, the loop stops taking output and input, and `yes` blocks. Both
+    // pipes full means the loop has stopped (a moving loop drains `yes`).
+    let server_pid = server.child.id().unwrap();
+    within("the server's stdout and the pipe of yes to fill", async {
+        while pipe_bytes(server_pid, 1) < 192 * 1024 || pipe_bytes(pid, 1) < 48 * 1024 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    server.close_stdin();
+    within("yes to be killed on EOF", wait_dead(pid)).await;
+    assert_eq!(server.exit_code().await, Some(0));
+}
+
+/// Bytes waiting in the pipe that is descriptor `fd` of `pid` (read through
+/// /proc without taking any).
+fn pipe_bytes(pid: u32, fd: u32) -> i32 {
+    let path = std::ffi::CString::new(format!("/proc/{pid}/fd/{fd}")).unwrap();
+    let mut waiting: libc::c_int = 0;
+    // SAFETY: open of a NUL-terminated path; FIONREAD writes one int; the
+    // descriptor is closed before returning.
+    unsafe {
+        let ours = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC);
+        assert!(ours >= 0, "open {path:?}");
+        libc::ioctl(ours, libc::FIONREAD, &mut waiting);
+        libc::close(ours);
+    }
+    waiting
+}
