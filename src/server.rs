@@ -167,14 +167,15 @@ where
                     }
                 }
             },
-            // The client closed its input but reads no replies, so the loop
-            // takes no input and would never reach the EOF: act on it now.
+            // The input ended while the loop takes none (replies wait for the
+            // client to read): the processes are killed now, as EOF asks; the
+            // lines before the end are still answered once the client reads,
+            // and the connection ends at the EOF itself as usual.
             ended = &mut input_ended, if input_open && !room && !ending_seen => {
                 ending_seen = true;
                 if ended.is_ok() && config.on_eof == OnEof::Kill {
                     tracing::debug!("input ended while replies wait; killing the processes");
                     state.table.kill_all();
-                    drain_deadline.get_or_insert(Instant::now() + KILL_DRAIN);
                 }
             }
             Some(event) = events.recv(), if room => state.table.on_event(event, Instant::now(), &mut out),

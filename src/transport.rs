@@ -33,7 +33,6 @@ impl Incoming {
 
 /// The read buffer for input lines: as large as the stdio pipes (see
 /// `stdio`), so a line of megabytes takes a few reads instead of hundreds.
-/// Only the part a read fills is ever touched.
 pub(crate) const INPUT_BUFFER: usize = 256 << 10;
 
 /// The largest line buffer kept for the next line: room for an 8 MiB file as
@@ -142,10 +141,11 @@ where
 }
 
 /// Waits for room in the channel (the loop takes no input while its replies
-/// wait for a client that does not read) and meanwhile looks at the input: if
-/// it has ended, `ended` says so at once, so that EOF still kills a
-/// connection's processes (`--on-eof kill`) while lines before it wait. Data
-/// instead ends the look until the next wait; nothing is consumed.
+/// wait for a client that does not read) and meanwhile looks at the input:
+/// when nothing more is buffered and it has ended, `ended` says so at once, so
+/// that EOF still kills a connection's processes (`--on-eof kill`) while the
+/// line in hand waits. Lines still buffered end the look (the EOF is then
+/// seen when they have been taken); nothing is consumed.
 async fn reserve_watching_end<'a, R: AsyncBufRead + Unpin>(
     tx: &'a mpsc::Sender<Incoming>,
     reader: &mut R,

@@ -10,8 +10,9 @@
 //! `AT_STATX_DONT_SYNC` answers from cached attributes without asking a
 //! network or FUSE server. An `O_PATH` descriptor opens nothing (no FIFO,
 //! device or filesystem `open` runs). Cached attributes are only the truth on
-//! a filesystem with no server behind it, so the answer is only used for a
-//! file on one (`mounts.rs`); on FUSE or NFS it could be stale. Anything short
+//! a filesystem with no server behind it, so only a file on one is stat'ed
+//! here (`mounts.rs`, checked by mount id before the `statx`); on FUSE or NFS
+//! the answer could be stale, and 9p may ask its server regardless. Anything short
 //! of success, errors included, gives None, and the call takes the ordinary
 //! path, so errors and the first stat of a cold path still come from the
 //! blocking thread.
@@ -19,17 +20,19 @@
 use std::os::fd::AsFd;
 use std::time::{Duration, SystemTime};
 
-use super::{sys, Roots};
+use super::{mounts, sys, Roots};
 use crate::protocol::{Metadata, PathParams};
 
 /// The metadata [`super::get_metadata`] would give, from caches alone, or None.
 pub(crate) fn cached_metadata(roots: &Roots, params: &PathParams) -> Option<Metadata> {
     let stat = |flags| {
         let fd = roots.open_cached(&params.path, flags)?;
-        let stat = sys::statx_cached(fd.as_fd()).ok()?;
-        // Checked after the stat: the mount table was as read when it ran.
-        let device = libc::makedev(stat.stx_dev_major, stat.stx_dev_minor);
-        roots.owned.owns(device).then_some(stat)
+        // Before any statx: a filesystem with a server behind it is never asked.
+        let mount = mounts::mount_id(fd.as_fd())?;
+        if !roots.owned.owns(mount) {
+            return None;
+        }
+        sys::statx_cached(fd.as_fd()).ok()
     };
     let link = stat(libc::O_NOFOLLOW)?;
     let is_symlink = u32::from(link.stx_mode) & libc::S_IFMT == libc::S_IFLNK;
@@ -107,8 +110,12 @@ mod tests {
             assert!(agrees(&unconfined, &path), "{path:?} unconfined");
             assert!(agrees(&confined, &path), "{path:?} confined");
         }
-        for path in ["/", "/dev/null", "/proc/self", "/proc/self/status"] {
+        for path in ["/", "/dev/null"] {
             assert!(agrees(&unconfined, Path::new(path)), "{path}");
+        }
+        // proc makes no file handles: never answered here, so always the same answer.
+        for path in ["/proc/self", "/proc/self/status"] {
+            assert!(!agrees(&unconfined, Path::new(path)), "{path}");
         }
         // Failures are never answered from the cache: the blocking call words them.
         for name in ["missing", "dangling", "out"] {

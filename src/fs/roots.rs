@@ -13,7 +13,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
-use super::mounts::OwnedDevices;
+use super::mounts::OwnedMounts;
 use super::open::Located;
 use super::sys;
 use crate::protocol::ErrorObject;
@@ -23,7 +23,7 @@ use crate::protocol::ErrorObject;
 pub(crate) struct Roots {
     roots: Vec<Root>,
     /// Where a cached `fs/getMetadata` may be trusted (`mounts.rs`).
-    pub(crate) owned: OwnedDevices,
+    pub(crate) owned: OwnedMounts,
 }
 
 #[derive(Debug)]
@@ -39,7 +39,7 @@ struct Root {
 impl Roots {
     /// No confinement.
     pub(crate) const fn empty() -> Roots {
-        Roots { roots: Vec::new(), owned: OwnedDevices::new() }
+        Roots { roots: Vec::new(), owned: OwnedMounts::new() }
     }
 
     /// Opens each root; a root must be an existing directory.
@@ -62,7 +62,7 @@ impl Roots {
             let given = clean(&std::path::absolute(root).map_err(named)?);
             opened.push(Root { given, canonical, dir });
         }
-        Ok(Roots { roots: opened, owned: OwnedDevices::new() })
+        Ok(Roots { roots: opened, owned: OwnedMounts::new() })
     }
 
     /// Whether any root is configured.

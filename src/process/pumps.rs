@@ -30,7 +30,7 @@ const STDIN_OVERHEAD: usize = 64;
 /// What a process's tasks report to the loop. `serial` names the process.
 #[derive(Debug)]
 pub(crate) enum ProcEvent {
-    /// Output; `budget` holds its bytes' share of [`OUTPUT_BUDGET`] until the event is dropped.
+    /// Output; `_budget` holds its bytes' share of [`OUTPUT_BUDGET`] until the event is dropped.
     Output {
         serial: u64,
         stream: Stream,
@@ -67,8 +67,9 @@ impl EventSender {
 
     /// Sends output once its bytes fit in the budget; false when the loop is gone.
     pub(super) async fn output(&self, serial: u64, stream: Stream, bytes: Vec<u8>) -> bool {
-        // A read is at most READ_BUFFER bytes, well inside the budget.
-        let share = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+        // A read is at most READ_BUFFER bytes, well inside the budget; the
+        // cap only keeps an impossible larger one from waiting forever.
+        let share = u32::try_from(bytes.len().min(OUTPUT_BUDGET)).unwrap_or(0);
         let Ok(budget) = self.budget.clone().acquire_many_owned(share).await else { return false };
         self.events.send(ProcEvent::Output { serial, stream, bytes, _budget: budget }).await.is_ok()
     }

@@ -56,7 +56,8 @@ pub(crate) fn decode_owned(text: String) -> Result<Vec<u8>, base64::DecodeError>
     let tail = CRATE.decode(&buffer[bulk_len..])?;
     let decoded = match base64_simd::STANDARD_NO_PAD.decode_inplace(&mut buffer[..bulk_len]) {
         Ok(decoded) => decoded.len(),
-        // Checked above; should it still fail, the allocating path reports it.
+        // Cannot happen: `is_valid` ran the same decoder's check. Should it,
+        // the text is partly overwritten, so the error names the damaged text.
         Err(_) => return decode(&buffer),
     };
     buffer.truncate(decoded);

@@ -308,6 +308,7 @@ async fn stdin_eof_kills_the_processes_of_a_client_that_reads_no_replies() {
     // outbox, the loop stops taking output and input, and `yes` blocks. Both
     // pipes full means the loop has stopped (a moving loop drains `yes`).
     let server_pid = server.child.id().unwrap();
+    // A pipe filling up has no event to wait on: its level is polled.
     within("the server's stdout and the pipe of yes to fill", async {
         while pipe_bytes(server_pid, 1) < 192 * 1024 || pipe_bytes(pid, 1) < 48 * 1024 {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
@@ -316,6 +317,8 @@ async fn stdin_eof_kills_the_processes_of_a_client_that_reads_no_replies() {
     .await;
     server.close_stdin();
     within("yes to be killed on EOF", wait_dead(pid)).await;
+    // The replies still wait for the client; closing its end ends the server.
+    server.close_stdout();
     assert_eq!(server.exit_code().await, Some(0));
 }
 
@@ -329,8 +332,9 @@ fn pipe_bytes(pid: u32, fd: u32) -> i32 {
     unsafe {
         let ours = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC);
         assert!(ours >= 0, "open {path:?}");
-        libc::ioctl(ours, libc::FIONREAD, &mut waiting);
+        let asked = libc::ioctl(ours, libc::FIONREAD, &mut waiting);
         libc::close(ours);
+        assert_eq!(asked, 0, "FIONREAD on {path:?}");
     }
     waiting
 }

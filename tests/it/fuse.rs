@@ -16,7 +16,8 @@ use crate::support::{scratch, within};
 
 const PYTHON: &str = "/usr/bin/python3";
 
-/// The fixture's filesystem, mounted; unmounted and stopped when dropped.
+/// The fixture's filesystem, mounted; unmounted and stopped when dropped (the
+/// stopped child is reaped by tokio in the background: `kill_on_drop`).
 struct Mount {
     child: Child,
     point: PathBuf,
@@ -54,7 +55,13 @@ impl Mount {
             .unwrap();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let ready = within("the FUSE filesystem to be mounted", lines.next_line()).await.unwrap();
-        assert_eq!(ready.as_deref(), Some("ready"));
+        if ready.as_deref() != Some("ready") {
+            // The fixture exited: mounting is not allowed here (no CAP_SYS_ADMIN, say).
+            let message = "the FUSE fixture could not mount (see its stderr above)";
+            assert!(std::env::var_os("CI").is_none(), "{message}");
+            eprintln!("SKIPPED: {message}");
+            return None;
+        }
         Some(Mount { child, point, control })
     }
 }
