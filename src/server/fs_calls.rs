@@ -104,7 +104,7 @@ impl FsCalls {
         let paths = named_paths(&params);
         if method == GetMetadata::NAME
             && bytes <= CACHED_MAX_BYTES
-            && !self.overlaps_earlier(&paths)
+            && !self.overlaps_earlier(&paths, self.queue.len())
         {
             if let Some(line) = self.cached_metadata(&id, &params) {
                 return Some(line);
@@ -124,10 +124,11 @@ impl FsCalls {
         None
     }
 
-    /// Whether a call on `paths` must wait for one running or waiting.
-    fn overlaps_earlier(&self, paths: &[PathBuf]) -> bool {
+    /// Whether a call on `paths` must wait for one running, or for one of the
+    /// first `queued_before` waiting ones.
+    fn overlaps_earlier(&self, paths: &[PathBuf], queued_before: usize) -> bool {
         self.running_paths.values().any(|other| overlap(paths, &other.paths))
-            || self.queue.iter().any(|earlier| overlap(paths, &earlier.paths))
+            || self.queue.iter().take(queued_before).any(|earlier| overlap(paths, &earlier.paths))
     }
 
     /// The reply to `fs/getMetadata` when the kernel's caches alone can give
@@ -179,10 +180,7 @@ impl FsCalls {
     fn start_queued(&mut self) {
         let mut index = 0;
         while index < self.queue.len() && self.running.len() < FS_IN_FLIGHT {
-            let paths = &self.queue[index].paths;
-            let blocked = self.running_paths.values().any(|other| overlap(paths, &other.paths))
-                || self.queue.iter().take(index).any(|earlier| overlap(paths, &earlier.paths));
-            if blocked {
+            if self.overlaps_earlier(&self.queue[index].paths, index) {
                 index += 1;
                 continue;
             }
