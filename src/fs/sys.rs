@@ -24,13 +24,7 @@ pub(crate) fn openat2(
     mode: u32,
     resolve: u64,
 ) -> io::Result<OwnedFd> {
-    // SAFETY: `open_how` is a plain struct of integers, for which all zeroes is valid.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (flags | libc::O_CLOEXEC) as u64;
-    // The kernel refuses a mode without O_CREAT or O_TMPFILE (which includes O_DIRECTORY).
-    let creates = flags & libc::O_CREAT != 0 || flags & libc::O_TMPFILE == libc::O_TMPFILE;
-    how.mode = if creates { u64::from(mode) } else { 0 };
-    how.resolve = resolve;
+    let how = open_how(flags, mode, resolve);
     for _ in 0..16 {
         match openat2_once(dir.as_raw_fd(), path, &how) {
             Err(error) if error.raw_os_error() == Some(libc::EAGAIN) => continue,
@@ -50,11 +44,19 @@ pub(crate) fn openat2_cached(
     flags: libc::c_int,
     resolve: u64,
 ) -> io::Result<OwnedFd> {
+    openat2_once(dir, path, &open_how(libc::O_PATH | flags, 0, resolve | libc::RESOLVE_CACHED))
+}
+
+/// `{flags | O_CLOEXEC, mode, resolve}`; the mode only with O_CREAT or O_TMPFILE.
+fn open_how(flags: libc::c_int, mode: u32, resolve: u64) -> libc::open_how {
     // SAFETY: `open_how` is a plain struct of integers, for which all zeroes is valid.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_PATH | flags | libc::O_CLOEXEC) as u64;
-    how.resolve = resolve | libc::RESOLVE_CACHED;
-    openat2_once(dir, path, &how)
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    // The kernel refuses a mode without O_CREAT or O_TMPFILE (which includes O_DIRECTORY).
+    let creates = flags & libc::O_CREAT != 0 || flags & libc::O_TMPFILE == libc::O_TMPFILE;
+    how.mode = if creates { u64::from(mode) } else { 0 };
+    how.resolve = resolve;
+    how
 }
 
 fn openat2_once(dir: RawFd, path: &CStr, how: &libc::open_how) -> io::Result<OwnedFd> {
