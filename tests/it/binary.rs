@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
-use crate::support::{b64, is_dead, scratch, start_params, unb64, wait_dead, within};
+use crate::support::{b64, is_dead, open_proc_fd, scratch, start_params, unb64, wait_dead, within};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_exec-server");
 
@@ -324,17 +324,12 @@ async fn stdin_eof_kills_the_processes_of_a_client_that_reads_no_replies() {
 
 /// Bytes waiting in the pipe that is descriptor `fd` of `pid` (read through
 /// /proc without taking any).
-fn pipe_bytes(pid: u32, fd: u32) -> i32 {
-    let path = std::ffi::CString::new(format!("/proc/{pid}/fd/{fd}")).unwrap();
+fn pipe_bytes(pid: u32, fd: i32) -> i32 {
+    use std::os::fd::AsRawFd;
+    let pipe = open_proc_fd(pid, fd, libc::O_RDONLY);
     let mut waiting: libc::c_int = 0;
-    // SAFETY: open of a NUL-terminated path; FIONREAD writes one int; the
-    // descriptor is closed before returning.
-    unsafe {
-        let ours = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC);
-        assert!(ours >= 0, "open {path:?}");
-        let asked = libc::ioctl(ours, libc::FIONREAD, &mut waiting);
-        libc::close(ours);
-        assert_eq!(asked, 0, "FIONREAD on {path:?}");
-    }
+    // SAFETY: FIONREAD on a descriptor this test owns writes one int.
+    let asked = unsafe { libc::ioctl(pipe.as_raw_fd(), libc::FIONREAD, &mut waiting) };
+    assert_eq!(asked, 0, "FIONREAD on fd {fd} of {pid}");
     waiting
 }

@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use crate::binary::Binary;
-use crate::support::{b64, peak_rss_kib, scratch, unb64};
+use crate::support::{b64, open_proc_fd, peak_rss_kib, scratch, unb64};
 
 const PIECE: usize = 8 * 1024 * 1024;
 const PIECES: usize = 25;
@@ -72,16 +72,10 @@ async fn a_200_mib_file_round_trips_in_8_mib_pieces() {
 
 /// The size of the pipe that is descriptor `fd` of process `pid`.
 fn pipe_size(pid: u32, fd: i32, flags: i32) -> i32 {
-    let path = std::ffi::CString::new(format!("/proc/{pid}/fd/{fd}")).unwrap();
-    // SAFETY: open of a NUL-terminated path; the descriptor is closed below.
-    let ours = unsafe { libc::open(path.as_ptr(), flags | libc::O_NONBLOCK | libc::O_CLOEXEC) };
-    assert!(ours >= 0, "open {path:?}: {}", std::io::Error::last_os_error());
-    // SAFETY: F_GETPIPE_SZ on a descriptor this test owns, then closing it.
-    unsafe {
-        let size = libc::fcntl(ours, libc::F_GETPIPE_SZ);
-        libc::close(ours);
-        size
-    }
+    use std::os::fd::AsRawFd;
+    let pipe = open_proc_fd(pid, fd, flags);
+    // SAFETY: F_GETPIPE_SZ on a descriptor this test owns.
+    unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_GETPIPE_SZ) }
 }
 
 #[tokio::test]

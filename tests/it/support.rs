@@ -39,6 +39,18 @@ pub fn peak_rss_kib(pid: u32) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
+/// Descriptor `fd` of process `pid`, opened anew through /proc with `flags`
+/// (non-blocking): for a pipe, another end of the same pipe.
+pub fn open_proc_fd(pid: u32, fd: i32, flags: i32) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    let path = std::ffi::CString::new(format!("/proc/{pid}/fd/{fd}")).unwrap();
+    // SAFETY: open of a NUL-terminated path; the new descriptor is owned below.
+    let ours = unsafe { libc::open(path.as_ptr(), flags | libc::O_NONBLOCK | libc::O_CLOEXEC) };
+    assert!(ours >= 0, "open {path:?}: {}", std::io::Error::last_os_error());
+    // SAFETY: `ours` is a new descriptor nothing else owns.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(ours) }
+}
+
 /// A fresh scratch directory for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("exec-server-it-{}-{name}", std::process::id()));
