@@ -48,15 +48,15 @@ pub(crate) fn decode(text: &[u8]) -> Result<Vec<u8>, base64::DecodeError> {
 /// allocation for a large payload. The text is checked before it is touched,
 /// so an error is still the crate's own for the original text.
 pub(crate) fn decode_owned(text: String) -> Result<Vec<u8>, base64::DecodeError> {
-    if !is_valid(text.as_bytes()) {
+    let (bulk, last) = split(text.as_bytes());
+    let (Ok(tail), Ok(())) = (CRATE.decode(last), base64_simd::STANDARD_NO_PAD.check(bulk)) else {
         return decode(text.as_bytes());
-    }
+    };
+    let bulk_len = bulk.len();
     let mut buffer = text.into_bytes();
-    let bulk_len = buffer.len().saturating_sub(4) / 4 * 4;
-    let tail = CRATE.decode(&buffer[bulk_len..])?;
     let decoded = match base64_simd::STANDARD_NO_PAD.decode_inplace(&mut buffer[..bulk_len]) {
         Ok(decoded) => decoded.len(),
-        // Cannot happen: `is_valid` ran the same decoder's check. Should it,
+        // Cannot happen: the same decoder's check passed above. Should it,
         // the text is partly overwritten, so the error names the damaged text.
         Err(_) => return decode(&buffer),
     };
