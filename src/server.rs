@@ -154,7 +154,7 @@ where
     loop {
         let timer = state.table.next_deadline();
         let room = outbox.has_room();
-        let spin = state.fs.spinning(Instant::now());
+        let spin = state.fs.spinning();
         tokio::select! {
             message = incoming.recv(), if input_open && room => match message {
                 Some(message) => state.on_incoming(message, &mut out),

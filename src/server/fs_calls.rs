@@ -86,8 +86,8 @@ impl FsCalls {
     /// a few microseconds, but a sleeping loop thread takes a cross-CPU wake-up
     /// to see it (tens of microseconds on a VM, where the idle CPU halts);
     /// polling for a bounded 150 us per call keeps the CPU awake instead.
-    pub(super) fn spinning(&self, now: Instant) -> bool {
-        !self.running.is_empty() && self.spin_until.is_some_and(|until| now < until)
+    pub(super) fn spinning(&self) -> bool {
+        !self.running.is_empty() && self.spin_until.is_some_and(|until| Instant::now() < until)
     }
 
     /// Starts the call, or queues it when [`FS_IN_FLIGHT`] already run. A full
