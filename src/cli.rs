@@ -36,6 +36,12 @@ struct Cli {
     /// File holding the bearer token WebSocket clients must send (required off loopback).
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// Confine every process: writes only beneath the --root directories (or its cwd), no network.
+    #[arg(long)]
+    sandbox: bool,
+    /// With --sandbox: processes keep the host's network.
+    #[arg(long, requires = "sandbox")]
+    sandbox_network: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -46,6 +52,8 @@ enum EofMode {
 
 /// Runs the `exec-server` command line (the binary's `main`).
 pub(crate) fn main() -> ExitCode {
+    // A sandboxed start re-executes this binary as its trampoline: it never returns.
+    crate::sandbox::run_if_trampoline();
     tune_allocator();
     let cli = Cli::parse();
     // Before any thread exists: the watcher is forked from this process.
@@ -77,6 +85,8 @@ pub(crate) fn main() -> ExitCode {
         max_message_bytes: cli.max_message_bytes,
         max_processes: cli.max_processes,
         roots: cli.roots,
+        sandbox: cli.sandbox,
+        sandbox_network: cli.sandbox_network,
         on_eof: match cli.on_eof {
             EofMode::Kill => OnEof::Kill,
             EofMode::Wait => OnEof::Wait,

@@ -47,6 +47,7 @@ mod launcher;
 mod listen;
 mod process;
 pub mod protocol;
+mod sandbox;
 pub mod server;
 mod stdio;
 mod transport;

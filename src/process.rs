@@ -34,14 +34,16 @@ pub(crate) use self::pumps::ProcEvent;
 use self::pumps::{StdinError, StdinOp, STDIN_LIMIT};
 pub(crate) use self::registry::{kill_descendants, reap_orphans};
 use self::signal::Signal;
+use self::spawn::SpawnError;
 use self::timers::{Timer, TimerKey, Timers};
 use self::tree::Session;
 pub(crate) use self::watcher::start as start_watcher;
 use crate::fs::Roots;
 use crate::protocol::{
     encode_response, ErrorObject, ListResult, ReadParams, ReadResult, ResizeParams, RunningResult,
-    SandboxMode, SignalParams, StartParams, StartResult, TerminateParams, WriteParams, WriteResult,
+    SignalParams, StartParams, StartResult, TerminateParams, WriteParams, WriteResult,
 };
+use crate::sandbox;
 
 pub(crate) use self::output::RETAINED_BYTES;
 
@@ -53,11 +55,13 @@ const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 pub(crate) const MAX_PARKED: usize = 10_000;
 
 /// Limits of one table.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Limits {
     pub(crate) max_processes: usize,
     pub(crate) retained_bytes: usize,
     pub(crate) reservation: Duration,
+    /// How processes are confined.
+    pub(crate) sandbox: sandbox::Settings,
 }
 
 /// The answer to `process/read`: now, or later when output, exit or the deadline comes.
@@ -140,13 +144,7 @@ impl ProcessTable {
         if params.argv.is_empty() {
             return Err(ErrorObject::invalid_params("argv must not be empty"));
         }
-        if let Some(sandbox) = &params.sandbox {
-            if sandbox.mode == SandboxMode::HostDefault {
-                return Err(ErrorObject::invalid_request(
-                    "sandbox mode `hostDefault` is not supported by exec-server yet",
-                ));
-            }
-        }
+        sandbox::check_request(params.sandbox.as_ref(), &self.limits.sandbox)?;
         if let Some(name) = params.env.keys().find(|n| n.is_empty() || n.contains(['=', '\0'])) {
             return Err(ErrorObject::invalid_params(format!(
                 "env name {name:?} is invalid: a name must be non-empty, without '=' or NUL"
@@ -187,11 +185,21 @@ impl ProcessTable {
         let serial = self.next_serial;
         self.next_serial += 1;
         let work_params = params.clone();
+        let settings = self.limits.sandbox.clone();
         let outcome = self.spawner.submit(Box::new(move || {
             let cwd = roots.check_cwd(&work_params.cwd)?;
+            let policy =
+                sandbox::resolve(work_params.sandbox.as_ref(), &settings, &roots, &cwd.path)?;
             let params = StartParams { cwd: cwd.path, ..work_params };
-            Entry::spawn(&params, cwd.dir.as_ref()).map_err(|error| {
-                ErrorObject::internal(format!("failed to start `{}`: {error}", params.argv[0]))
+            let confined = policy.as_ref().map(|policy| (policy, settings.helper.as_deref()));
+            Entry::spawn(&params, cwd.dir.as_ref(), confined).map_err(|error| match error {
+                SpawnError::Io(error) => {
+                    ErrorObject::internal(format!("failed to start `{}`: {error}", params.argv[0]))
+                }
+                SpawnError::Sandbox(reason) => ErrorObject::invalid_request(format!(
+                    "cannot sandbox `{}`: {reason}",
+                    params.argv[0]
+                )),
             })
         }));
         self.starting.push_back(Starting { request, serial, params, outcome });
@@ -252,9 +260,10 @@ impl ProcessTable {
                 let session = entry.signal_tree(&[Signal::KILL]);
                 self.sweep(vec![session], &[Signal::KILL]);
             }
+            let sandbox_type = entry.sandbox_type;
             self.ids.insert(serial, params.process_id.clone());
             self.entries.insert(params.process_id.clone(), entry);
-            StartResult { process_id: params.process_id.clone() }
+            StartResult { process_id: params.process_id.clone(), sandbox_type }
         });
         encode_response(&request, &result)
     }

@@ -70,6 +70,15 @@ pub struct Config {
     pub on_eof: OnEof,
     /// How long an exited process's id stays reserved (the protocol says 30 s).
     pub id_reservation: Duration,
+    /// Confine every process (`--sandbox`): the default policy, which a
+    /// `restricted` sandbox may only narrow.
+    pub sandbox: bool,
+    /// Under `sandbox`, the default policy keeps the host's network (`--sandbox-network`).
+    pub sandbox_network: bool,
+    /// The `exec-server` binary that applies sandbox policies in the child
+    /// (None: this process's own executable, right for the binary itself; an
+    /// embedder or a test names the binary).
+    pub sandbox_helper: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -80,6 +89,9 @@ impl Default for Config {
             roots: Vec::new(),
             on_eof: OnEof::Kill,
             id_reservation: DEFAULT_ID_RESERVATION,
+            sandbox: false,
+            sandbox_network: false,
+            sandbox_helper: None,
         }
     }
 }
@@ -144,6 +156,11 @@ where
         max_processes: config.max_processes,
         retained_bytes: RETAINED_BYTES,
         reservation: config.id_reservation,
+        sandbox: crate::sandbox::Settings {
+            always: config.sandbox,
+            network: config.sandbox_network,
+            helper: config.sandbox_helper.as_deref().map(Arc::from),
+        },
     };
     let mut state = dispatch::State::new(roots, ProcessTable::new(events_tx, limits));
     let mut out = Vec::new();

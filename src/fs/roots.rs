@@ -65,6 +65,11 @@ impl Roots {
         Ok(Roots { roots: opened, owned: OwnedMounts::new() })
     }
 
+    /// The roots with symlinks resolved, in command-line order.
+    pub(crate) fn canonical(&self) -> Vec<PathBuf> {
+        self.roots.iter().map(|root| root.canonical.clone()).collect()
+    }
+
     /// Whether any root is configured.
     pub(crate) fn confined(&self) -> bool {
         !self.roots.is_empty()

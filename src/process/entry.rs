@@ -16,12 +16,13 @@ use super::output::OutputLog;
 use super::pumps::{self, EventSender, StdinQueue};
 use super::registry;
 use super::signal::{signal_group, ExitInfo, Signal};
-use super::spawn::{self, SpawnRequest, Spawned};
+use super::spawn::{self, SpawnError, SpawnRequest, Spawned};
 use super::tree::{self, Session};
 use crate::protocol::{
     encode_notification, encode_output, ClosedParams, ExitedParams, ProcessClosed, ProcessExited,
-    ProcessInfo, ReadParams, ReadResult, StartParams, Stream,
+    ProcessInfo, ReadParams, ReadResult, SandboxType, StartParams, Stream,
 };
+use crate::sandbox::Policy;
 
 /// Why a resize failed.
 pub(crate) enum ResizeError {
@@ -65,6 +66,7 @@ pub(crate) struct Entry {
     pub(crate) argv: Vec<String>,
     pub(crate) tty: bool,
     pub(crate) pid: u32,
+    pub(crate) sandbox_type: SandboxType,
     pub(crate) output: OutputLog,
     life: Life,
     open_streams: u8,
@@ -78,7 +80,8 @@ impl Entry {
     pub(crate) fn spawn(
         params: &StartParams,
         cwd_dir: Option<&std::os::fd::OwnedFd>,
-    ) -> std::io::Result<Spawned> {
+        sandbox: Option<(&Policy, Option<&std::path::Path>)>,
+    ) -> Result<Spawned, SpawnError> {
         let request = SpawnRequest {
             argv: &params.argv,
             arg0: params.arg0.as_deref(),
@@ -87,6 +90,7 @@ impl Entry {
             env: &params.env,
             tty: params.tty.then(|| params.size.unwrap_or_default()),
             pipe_stdin: params.pipe_stdin,
+            sandbox,
         };
         spawn::spawn(&request)
     }
@@ -115,6 +119,7 @@ impl Entry {
             argv: params.argv.clone(),
             tty: params.tty,
             pid,
+            sandbox_type: spawned.sandbox_type,
             output: OutputLog::new(retained_bytes),
             life: Life::Running,
             open_streams: handles.open_streams,
@@ -289,6 +294,7 @@ impl Entry {
             running: self.is_running(),
             exit_code: self.exit().map(|e| e.code),
             signal: self.exit().and_then(|e| e.signal.clone()),
+            sandbox_type: self.sandbox_type,
         }
     }
 }

@@ -31,6 +31,8 @@ pub(crate) struct Launch<'a> {
     pub(crate) stdio: Stdio<'a>,
     pub(crate) cwd: &'a Path,
     pub(crate) cwd_dir: Option<&'a OwnedFd>,
+    /// More descriptors the child gets, as (ours, its number).
+    pub(crate) fds: &'a [(RawFd, RawFd)],
 }
 
 /// Starts the child in a new session; returns its pid. Errors carry the OS
@@ -56,6 +58,9 @@ pub(crate) fn launch(request: &Launch<'_>) -> io::Result<u32> {
             actions.dup2(0, 1)?;
             actions.dup2(0, 2)?;
         }
+    }
+    for &(from, to) in request.fds {
+        actions.dup2(from, to)?;
     }
     match request.cwd_dir {
         Some(dir) => actions.fchdir(dir.as_raw_fd())?,

@@ -23,7 +23,8 @@ use super::launch::{self, Launch, Stdio};
 use super::registry;
 use super::signal::ExitInfo;
 use super::tree;
-use crate::protocol::TtySize;
+use crate::protocol::{SandboxType, TtySize};
+use crate::sandbox::{self, Failure, Policy};
 
 /// What to start.
 pub(crate) struct SpawnRequest<'a> {
@@ -35,11 +36,14 @@ pub(crate) struct SpawnRequest<'a> {
     pub(crate) env: &'a BTreeMap<String, String>,
     pub(crate) tty: Option<TtySize>,
     pub(crate) pipe_stdin: bool,
+    /// Run confined: the policy, and the helper binary (None: this one).
+    pub(crate) sandbox: Option<(&'a Policy, Option<&'a Path>)>,
 }
 
 /// A started child; its pid is also its process-group and session id.
 pub(crate) struct Spawned {
     pub(crate) pid: u32,
+    pub(crate) sandbox_type: SandboxType,
     pub(crate) pidfd: OwnedFd,
     pub(crate) io: ChildIo,
 }
@@ -50,8 +54,24 @@ pub(crate) enum ChildIo {
     Pty { master: Box<dyn MasterPty + Send> },
 }
 
-/// Starts the child (through `posix_spawn`, see `launch`). Errors carry the OS error text.
-pub(crate) fn spawn(request: &SpawnRequest<'_>) -> io::Result<Spawned> {
+/// Why a start failed.
+#[derive(Debug)]
+pub(crate) enum SpawnError {
+    /// The OS refused (a missing program, a bad cwd, no descriptors).
+    Io(io::Error),
+    /// The sandbox cannot be enforced as asked.
+    Sandbox(String),
+}
+
+impl From<io::Error> for SpawnError {
+    fn from(error: io::Error) -> SpawnError {
+        SpawnError::Io(error)
+    }
+}
+
+/// Starts the child (through `posix_spawn`, see `launch`; under a sandbox,
+/// the trampoline, then waits for its report). Errors carry the OS error text.
+pub(crate) fn spawn(request: &SpawnRequest<'_>) -> Result<Spawned, SpawnError> {
     let name = &request.argv[0];
     let program = resolve_program(name, request.env);
     let nul = || io::Error::new(io::ErrorKind::InvalidInput, "an argument holds a NUL byte");
@@ -65,19 +85,39 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> io::Result<Spawned> {
         .iter()
         .map(|(key, value)| CString::new(format!("{key}={value}")).map_err(|_| nul()))
         .collect::<io::Result<Vec<_>>>()?;
-    let launch = |stdio| {
+    let launch = |stdio, tty: Option<&Path>| {
+        let prepared = match request.sandbox {
+            Some((policy, helper)) => {
+                Some(sandbox::prepare(policy, helper, &program, request.cwd, tty, argv.clone())?)
+            }
+            None => None,
+        };
+        let (exe, args, fds) = match &prepared {
+            Some(prepared) => (prepared.helper.as_path(), &prepared.argv, &prepared.fds[..]),
+            None => (program.as_path(), &argv, &[][..]),
+        };
         // Held across the spawn: the orphan reaper must not reap this child before it is known.
         let registry = registry::lock_for_spawn();
         let pid = launch::launch(&Launch {
-            program: &program,
-            argv: &argv,
+            program: exe,
+            argv: args,
             env: &env,
             stdio,
             cwd: request.cwd,
             cwd_dir: request.cwd_dir,
+            fds,
         })?;
         registry.register(pid);
-        Ok::<u32, io::Error>(pid)
+        if let Some(prepared) = prepared {
+            if let Err(failure) = prepared.wait_started() {
+                super::entry::abandon(pid);
+                return Err(match failure {
+                    Failure::Setup(message) => SpawnError::Sandbox(message),
+                    Failure::Exec(error) => SpawnError::Io(error),
+                });
+            }
+        }
+        Ok::<u32, SpawnError>(pid)
     };
     let (pid, io) = match request.tty {
         None => {
@@ -89,7 +129,7 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> io::Result<Spawned> {
                 stdout: &child_stdout,
                 stderr: &child_stderr,
             };
-            let pid = launch(stdio)?;
+            let pid = launch(stdio, None)?;
             // The child's ends close here: end of file comes when the child's copies go.
             let stdin = stdin.map(|(_, ours)| ChildStdin::from(ours));
             let io = ChildIo::Pipes {
@@ -103,13 +143,16 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> io::Result<Spawned> {
             let master = open_pty(size)?;
             let slave =
                 master.tty_name().ok_or_else(|| io::Error::other("pseudo-terminal has no name"))?;
-            let slave = CString::new(slave.as_os_str().as_bytes()).map_err(|_| nul())?;
-            let pid = launch(Stdio::Terminal(&slave))?;
+            let slave_path = slave;
+            let slave = CString::new(slave_path.as_os_str().as_bytes()).map_err(|_| nul())?;
+            let pid = launch(Stdio::Terminal(&slave), Some(&slave_path))?;
             (pid, ChildIo::Pty { master })
         }
     };
     let pidfd = tree::pidfd_open(pid)?;
-    Ok(Spawned { pid, pidfd, io })
+    let sandbox_type =
+        if request.sandbox.is_some() { SandboxType::LinuxLandlock } else { SandboxType::None };
+    Ok(Spawned { pid, sandbox_type, pidfd, io })
 }
 
 /// A pipe as (read end, write end), both close-on-exec.

@@ -18,6 +18,7 @@ fn table() -> (ProcessTable, mpsc::Receiver<ProcEvent>) {
         max_processes: 4,
         retained_bytes: RETAINED_BYTES,
         reservation: Duration::from_secs(30),
+        sandbox: crate::sandbox::Settings::default(),
     };
     (ProcessTable::new(events, limits), receiver)
 }

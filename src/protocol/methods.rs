@@ -189,19 +189,75 @@ pub enum Stream {
 
 /// `sandbox` of `process/start`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Sandbox {
     /// The requested mode.
     pub mode: SandboxMode,
+    /// `restricted`: the directories beneath which the process may write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writable_roots: Option<Vec<PathBuf>>,
+    /// `restricted`: when given, the process reads only beneath these (and the writable roots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readable_roots: Option<Vec<PathBuf>>,
+    /// `restricted`: whether the process may use the host's IP network (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<bool>,
+}
+
+impl Sandbox {
+    /// A `restricted` sandbox that may write only beneath `writable_roots`,
+    /// reads everything and has no network; narrow it with the other builders.
+    pub fn restricted<I, P>(writable_roots: I) -> Sandbox
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<PathBuf>,
+    {
+        Sandbox {
+            mode: SandboxMode::Restricted,
+            writable_roots: Some(writable_roots.into_iter().map(Into::into).collect()),
+            readable_roots: None,
+            network: None,
+        }
+    }
+
+    /// Reads only beneath these directories (and the writable roots).
+    pub fn readable_roots<I, P>(mut self, readable_roots: I) -> Sandbox
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<PathBuf>,
+    {
+        self.readable_roots = Some(readable_roots.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Allows (true) or forbids (false, the default) the host's IP network.
+    pub fn network(mut self, allowed: bool) -> Sandbox {
+        self.network = Some(allowed);
+        self
+    }
 }
 
 /// Sandbox modes a client may ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum SandboxMode {
-    /// No sandbox (accepted).
+    /// No sandbox (or the server's default policy under `--sandbox`).
     None,
-    /// The host's default sandbox (refused: not supported).
+    /// The host's default sandbox: the server's policy under `--sandbox`, refused without it.
     HostDefault,
+    /// Confined to `writableRoots` (and `readableRoots`, `network`), enforced by the kernel.
+    Restricted,
+}
+
+/// How a process is confined, as reported in start results and `process/list`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SandboxType {
+    /// Not confined.
+    #[default]
+    None,
+    /// Namespaces (user, mount, PID, network), Landlock and seccomp (see README, "Sandbox").
+    LinuxLandlock,
 }
 
 /// A terminal size in character cells.
@@ -257,6 +313,9 @@ pub struct StartParams {
 pub struct StartResult {
     /// The id the client chose.
     pub process_id: String,
+    /// How the process is confined (Part B).
+    #[serde(default)]
+    pub sandbox_type: SandboxType,
 }
 
 /// `process/read` params.
@@ -400,6 +459,9 @@ pub struct ProcessInfo {
     pub exit_code: Option<i32>,
     /// Name of the killing signal, if any.
     pub signal: Option<String>,
+    /// How the process is confined.
+    #[serde(default)]
+    pub sandbox_type: SandboxType,
 }
 
 /// `process/output` params.

@@ -1,0 +1,139 @@
+//! The process sandbox. A policy is plain data ([`Policy`]): checked when a
+//! start is decoded, resolved against the filesystem on the spawner thread,
+//! and applied in one straight line in the child, by the `exec-server` binary
+//! re-executed as a trampoline ([`trampoline`]), before the program runs.
+//!
+//! Layout: `policy` (what a start asks for and the server allows),
+//! `trampoline` (namespaces, then the init), `view` (the read-only mounts),
+//! `init` (PID 1 of the sandbox), `confine` (the program's last steps:
+//! Landlock, capabilities, seccomp, descriptors), `landlock`, `seccomp`,
+//! `report` (how the trampoline tells the server it started, or why not),
+//! `sys` (the system calls std lacks).
+
+mod confine;
+mod init;
+mod landlock;
+mod policy;
+mod report;
+mod seccomp;
+mod sys;
+mod trampoline;
+mod view;
+
+pub(crate) use self::policy::{check_request, resolve, Policy, Settings};
+pub(crate) use self::report::Failure;
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::OnceLock;
+
+/// The environment variable that names mechanisms to treat as missing
+/// (comma-separated: `landlock`, `seccomp`, `userns`); for tests of the refusal.
+pub(crate) const UNAVAILABLE_ENV: &str = "EXEC_SERVER_SANDBOX_UNAVAILABLE";
+/// The helper run when the server is not told another: this very binary.
+const SELF_EXE: &str = "/proc/self/exe";
+
+/// Runs the trampoline when this process was started as one; returns otherwise.
+pub(crate) fn run_if_trampoline() {
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|first| first == trampoline::MARKER) {
+        trampoline::main(std::env::args_os().collect());
+    }
+}
+
+/// A sandboxed start, ready for `posix_spawn`: the helper, its argv, and the
+/// descriptors it gets at 3 (the life pipe) and 4 (the report pipe).
+pub(crate) struct Prepared {
+    pub(crate) helper: std::path::PathBuf,
+    pub(crate) argv: Vec<CString>,
+    pub(crate) fds: [(RawFd, RawFd); 2],
+    report: OwnedFd,
+    report_child: OwnedFd,
+}
+
+/// Builds the trampoline's command line for `program` under `policy`.
+pub(crate) fn prepare(
+    policy: &Policy,
+    helper: Option<&Path>,
+    program: &Path,
+    cwd: &Path,
+    tty: Option<&Path>,
+    argv: Vec<CString>,
+) -> io::Result<Prepared> {
+    let unavailable = std::env::var(UNAVAILABLE_ENV)
+        .map(|list| list.split(',').map(str::to_owned).collect())
+        .unwrap_or_default();
+    let spec = trampoline::Spec {
+        policy: policy.clone(),
+        program: program.to_path_buf(),
+        cwd: cwd.to_path_buf(),
+        tty: tty.map(Path::to_path_buf),
+        unavailable,
+    };
+    let spec = serde_json::to_vec(&spec).map_err(io::Error::other)?;
+    let helper = helper.unwrap_or(Path::new(SELF_EXE)).to_path_buf();
+    let mut full = Vec::with_capacity(argv.len() + 3);
+    full.push(CString::new(helper.as_os_str().as_bytes()).map_err(|_| nul())?);
+    full.push(CString::new(trampoline::MARKER).map_err(|_| nul())?);
+    full.push(CString::new(spec).map_err(|_| nul())?);
+    full.extend(argv);
+    let life = life_pipe()?;
+    let (report, report_child) = pipe()?;
+    let fds = [(life, report::LIFE_FD), (report_child.as_raw_fd(), report::REPORT_FD)];
+    Ok(Prepared { helper, argv: full, fds, report, report_child })
+}
+
+impl Prepared {
+    /// After the spawn: waits (on the spawner thread) until the program runs,
+    /// or the trampoline says why it cannot.
+    pub(crate) fn wait_started(self) -> Result<(), Failure> {
+        drop(self.report_child);
+        report::read(&self.report)
+    }
+}
+
+fn nul() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, "an argument holds a NUL byte")
+}
+
+/// The read end of the server's life pipe, made once. Nobody writes to it and
+/// only this process holds the write end (close-on-exec, made after the
+/// watcher's fork): it reaches end of file exactly when the server is gone.
+fn life_pipe() -> io::Result<RawFd> {
+    static LIFE: OnceLock<Result<(OwnedFd, OwnedFd), String>> = OnceLock::new();
+    match LIFE.get_or_init(|| pipe().map_err(|e| e.to_string())) {
+        Ok((read, _write)) => Ok(read.as_raw_fd()),
+        Err(error) => {
+            Err(io::Error::other(format!("cannot create the sandbox's life pipe: {error}")))
+        }
+    }
+}
+
+/// A pipe (read end, write end), close-on-exec, both above 2 and away from 3
+/// and 4, so the spawn's dup2s onto 3 and 4 never clobber one another.
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 writes two new descriptors into `fds`.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are new and owned by nobody else.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    Ok((above_four(read)?, above_four(write)?))
+}
+
+fn above_four(fd: OwnedFd) -> io::Result<OwnedFd> {
+    if fd.as_raw_fd() > 4 {
+        return Ok(fd);
+    }
+    // SAFETY: duplicates a valid descriptor to a new one of at least 5.
+    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 5) };
+    if moved < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(moved) })
+}

@@ -1,0 +1,112 @@
+//! The program's last steps before `execve`, in the process that becomes it:
+//! default signal handling, NoNewPrivs, Landlock, no capabilities, the seccomp
+//! filter, and no descriptor beyond 0-2 across the exec.
+
+use std::ffi::CString;
+
+use super::sys::{self, check};
+use super::trampoline::Spec;
+use super::{landlock, report, seccomp};
+
+/// Confines this process and executes the program; never returns.
+pub(crate) fn exec(spec: &Spec, abi: u32, argv: &[CString]) -> ! {
+    if let Err(message) = confine(spec, abi) {
+        report::setup_failed(&message);
+        // SAFETY: ends this process at once.
+        unsafe { libc::_exit(126) };
+    }
+    let program = match sys::c_path(&spec.program) {
+        Ok(program) => program,
+        Err(message) => {
+            report::setup_failed(&message);
+            // SAFETY: ends this process at once.
+            unsafe { libc::_exit(126) };
+        }
+    };
+    let mut pointers: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    pointers.push(std::ptr::null());
+    if report::ready().is_err() {
+        // SAFETY: ends this process at once: the server is gone.
+        unsafe { libc::_exit(126) };
+    }
+    // SAFETY: a NUL-terminated path and a NULL-terminated argv kept alive above;
+    // the environment is this process's own, which the server set for the program.
+    unsafe { libc::execv(program.as_ptr(), pointers.as_ptr()) };
+    report::exec_failed(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
+    // SAFETY: ends this process at once.
+    unsafe { libc::_exit(127) }
+}
+
+fn confine(spec: &Spec, abi: u32) -> Result<(), String> {
+    default_signals()?;
+    // SAFETY: plain prctl with integer arguments.
+    check(
+        unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }.into(),
+        "cannot set NoNewPrivs",
+    )?;
+    landlock::restrict(&spec.policy, spec.tty.as_deref(), abi)?;
+    drop_capabilities()?;
+    seccomp::install()?;
+    // SAFETY: marks descriptors 3 and up close-on-exec; the report pipe goes with the exec.
+    let rc =
+        unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+    check(rc, "cannot mark inherited descriptors close-on-exec")?;
+    Ok(())
+}
+
+/// Every signal back to its default action and unblocked (the helpers ignore them).
+fn default_signals() -> Result<(), String> {
+    for signal in 1..=libc::SIGRTMAX() {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: resetting a disposition; numbers the kernel rejects are skipped.
+        unsafe { libc::signal(signal, libc::SIG_DFL) };
+    }
+    // SAFETY: an empty set, then installed as the mask.
+    unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        check(
+            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()).into(),
+            "cannot clear the signal mask",
+        )?;
+    }
+    Ok(())
+}
+
+/// Empties the bounding and ambient sets, then the effective, permitted and
+/// inheritable ones: nothing is regained at exec, even as uid 0.
+fn drop_capabilities() -> Result<(), String> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    for capability in 0..64 {
+        // SAFETY: plain prctl; EINVAL past the last capability this kernel knows.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0) } != 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+                break;
+            }
+            return Err(sys::failed("cannot drop the capability bounding set"));
+        }
+    }
+    // SAFETY: plain prctl.
+    let rc = unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) };
+    check(rc.into(), "cannot clear the ambient capabilities")?;
+    let header = Header { version: VERSION_3, pid: 0 };
+    let data = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
+    // SAFETY: a version-3 header and its two data words.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) };
+    check(rc, "cannot drop the capabilities")?;
+    Ok(())
+}

@@ -1,0 +1,166 @@
+//! What a start asks for and what the server allows: the policy as plain data,
+//! checked when the start is decoded ([`check_request`], no syscalls) and
+//! resolved against the filesystem off the loop ([`resolve`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::fs::Roots;
+use crate::protocol::{ErrorObject, Sandbox, SandboxMode};
+
+/// A resolved policy: canonical directories that exist.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Policy {
+    /// Writes of any kind only beneath these.
+    pub(crate) writable: Vec<PathBuf>,
+    /// Reads only beneath these and `writable`; `None`: reads everywhere.
+    pub(crate) readable: Option<Vec<PathBuf>>,
+    /// The host's IP network (false: a network namespace of its own, with nothing in it).
+    pub(crate) network: bool,
+}
+
+/// The server's own sandbox settings (`--sandbox`, `--sandbox-network`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Settings {
+    /// Every process is confined.
+    pub(crate) always: bool,
+    /// Under `always`, the default policy keeps the network.
+    pub(crate) network: bool,
+    /// The `exec-server` binary that applies a policy (None: this process's own).
+    pub(crate) helper: Option<Arc<Path>>,
+}
+
+/// Checks the shape of a start's `sandbox` before anything runs: the exact
+/// Part A error for `hostDefault` without `--sandbox`, fields only with
+/// `restricted`, absolute roots.
+pub(crate) fn check_request(
+    sandbox: Option<&Sandbox>,
+    settings: &Settings,
+) -> Result<(), ErrorObject> {
+    let Some(sandbox) = sandbox else { return Ok(()) };
+    match sandbox.mode {
+        SandboxMode::HostDefault if !settings.always => {
+            return Err(ErrorObject::invalid_request(
+                "sandbox mode `hostDefault` is not supported by exec-server yet",
+            ))
+        }
+        SandboxMode::Restricted => {}
+        SandboxMode::None | SandboxMode::HostDefault => {
+            let stray = [
+                ("writableRoots", sandbox.writable_roots.is_some()),
+                ("readableRoots", sandbox.readable_roots.is_some()),
+                ("network", sandbox.network.is_some()),
+            ];
+            if let Some((field, _)) = stray.iter().find(|(_, given)| *given) {
+                return Err(ErrorObject::invalid_params(format!(
+                    "sandbox {field} is only valid with mode `restricted`"
+                )));
+            }
+            return Ok(());
+        }
+    }
+    if sandbox.writable_roots.is_none() {
+        return Err(ErrorObject::invalid_params(
+            "sandbox mode `restricted` requires writableRoots (an empty list: nothing is writable)",
+        ));
+    }
+    let roots = sandbox.writable_roots.iter().flatten().map(|r| ("writable", r));
+    let readable = sandbox.readable_roots.iter().flatten().map(|r| ("readable", r));
+    if let Some((kind, root)) = roots.chain(readable).find(|(_, root)| !root.is_absolute()) {
+        return Err(ErrorObject::invalid_params(format!(
+            "sandbox {kind} root {} must be an absolute path",
+            root.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The policy a start runs under, or `None` for no sandbox. Touches the
+/// filesystem (canonical paths, directory checks): runs on the spawner thread.
+pub(crate) fn resolve(
+    sandbox: Option<&Sandbox>,
+    settings: &Settings,
+    roots: &Roots,
+    cwd: &Path,
+) -> Result<Option<Policy>, ErrorObject> {
+    let restricted = sandbox.filter(|s| s.mode == SandboxMode::Restricted);
+    let default = if settings.always {
+        let writable =
+            if roots.confined() { roots.canonical() } else { vec![canonical(cwd, "cwd")?] };
+        Some(Policy { writable, readable: None, network: settings.network })
+    } else {
+        None
+    };
+    let Some(asked) = restricted else { return Ok(default) };
+    let writable = asked
+        .writable_roots
+        .iter()
+        .flatten()
+        .map(|root| checked_root(root, "writable", roots))
+        .collect::<Result<Vec<_>, _>>()?;
+    let readable = match &asked.readable_roots {
+        None => None,
+        Some(list) => Some(
+            list.iter()
+                .map(|root| checked_root(root, "readable", roots))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+    };
+    let network = asked.network.unwrap_or(false);
+    if let Some(default) = default {
+        // Under --sandbox a restricted policy may only narrow the default one.
+        if let Some(root) =
+            writable.iter().find(|r| !default.writable.iter().any(|d| r.starts_with(d)))
+        {
+            return Err(ErrorObject::invalid_request(format!(
+                "sandbox writable root {} is outside the server's sandbox (writable: {})",
+                root.display(),
+                list(&default.writable)
+            )));
+        }
+        if network && !default.network {
+            return Err(ErrorObject::invalid_request(
+                "sandbox network is not allowed: the server runs with --sandbox and without --sandbox-network",
+            ));
+        }
+    }
+    Ok(Some(Policy { writable, readable, network }))
+}
+
+/// A root of the policy: canonical, an existing directory, and under `--root` inside a root.
+fn checked_root(root: &Path, kind: &str, roots: &Roots) -> Result<PathBuf, ErrorObject> {
+    let canonical = canonical(root, &format!("{kind} root"))?;
+    if roots.confined() {
+        roots.check_cwd(&canonical).map_err(|_| {
+            ErrorObject::invalid_request(format!(
+                "sandbox {kind} root {} is outside the allowed roots",
+                root.display()
+            ))
+        })?;
+    }
+    Ok(canonical)
+}
+
+/// `path` with symlinks resolved; -32600 naming it when it is missing or not a directory.
+fn canonical(path: &Path, what: &str) -> Result<PathBuf, ErrorObject> {
+    let named = |problem: String| {
+        ErrorObject::invalid_request(format!("sandbox {what} {} {problem}", path.display()))
+    };
+    let canonical = std::fs::canonicalize(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => named("does not exist".to_owned()),
+        _ => named(format!("cannot be used: {e}")),
+    })?;
+    if !canonical.is_dir() {
+        return Err(named("is not a directory".to_owned()));
+    }
+    if canonical.to_str().is_none() {
+        return Err(named("is not valid UTF-8".to_owned()));
+    }
+    Ok(canonical)
+}
+
+fn list(paths: &[PathBuf]) -> String {
+    paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+}

@@ -1,0 +1,109 @@
+//! The seccomp filter of a sandboxed program: no Unix-domain socket of its own
+//! (`socket(AF_UNIX, ...)`), so no connection to a socket outside the writable
+//! roots (an ssh agent, Docker, D-Bus); `socketpair` still works. No io_uring,
+//! which would create sockets past this filter, and no syscall of another ABI
+//! (x32, i386), which would name them by other numbers.
+
+use std::io;
+
+#[cfg(target_arch = "x86_64")]
+mod arch {
+    pub(super) const AUDIT_ARCH: u32 = 0xC000_003E;
+    pub(super) const NR_SOCKET: u32 = 41;
+    /// x32 system calls have this bit set.
+    pub(super) const FOREIGN_ABI_BIT: Option<u32> = Some(0x4000_0000);
+}
+#[cfg(target_arch = "aarch64")]
+mod arch {
+    pub(super) const AUDIT_ARCH: u32 = 0xC000_00B7;
+    pub(super) const NR_SOCKET: u32 = 198;
+    pub(super) const FOREIGN_ABI_BIT: Option<u32> = None;
+}
+
+const NR_IO_URING_SETUP: u32 = 425;
+
+const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+const JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
+const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+const OFFSET_NR: u32 = 0;
+const OFFSET_ARCH: u32 = 4;
+/// The low 32 bits of the first argument (little-endian `seccomp_data.args[0]`).
+const OFFSET_ARG0: u32 = 16;
+
+/// Installs the filter on the calling thread; NoNewPrivs must be set.
+pub(crate) fn install() -> Result<(), String> {
+    let program = filter();
+    let prog = libc::sock_fprog {
+        len: u16::try_from(program.len()).map_err(|_| "seccomp filter too long".to_owned())?,
+        filter: program.as_ptr().cast_mut(),
+    };
+    // SAFETY: a valid filter program that outlives the call (the kernel copies it).
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_SET_SECCOMP,
+            libc::SECCOMP_MODE_FILTER,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    if rc != 0 {
+        return Err(format!("cannot install the seccomp filter: {}", io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Whether this kernel has seccomp filters.
+pub(crate) fn available() -> bool {
+    // SAFETY: a query without side effects.
+    unsafe { libc::prctl(libc::PR_GET_SECCOMP) >= 0 }
+}
+
+fn filter() -> Vec<libc::sock_filter> {
+    let errno = |e: i32| libc::SECCOMP_RET_ERRNO | (e as u32 & libc::SECCOMP_RET_DATA);
+    let mut program = vec![
+        statement(LD_W_ABS, OFFSET_ARCH),
+        jump(JEQ_K, arch::AUDIT_ARCH, 1, 0),
+        statement(RET_K, libc::SECCOMP_RET_KILL_PROCESS),
+        statement(LD_W_ABS, OFFSET_NR),
+    ];
+    if let Some(bit) = arch::FOREIGN_ABI_BIT {
+        program.push(jump(JSET_K, bit, 0, 1));
+        program.push(statement(RET_K, libc::SECCOMP_RET_KILL_PROCESS));
+    }
+    program.extend([
+        jump(JEQ_K, NR_IO_URING_SETUP, 0, 1),
+        statement(RET_K, errno(libc::ENOSYS)),
+        jump(JEQ_K, arch::NR_SOCKET, 0, 3),
+        statement(LD_W_ABS, OFFSET_ARG0),
+        jump(JEQ_K, libc::AF_UNIX as u32, 0, 1),
+        statement(RET_K, errno(libc::EACCES)),
+        statement(RET_K, libc::SECCOMP_RET_ALLOW),
+    ]);
+    program
+}
+
+fn statement(code: u16, k: u32) -> libc::sock_filter {
+    libc::sock_filter { code, jt: 0, jf: 0, k }
+}
+
+fn jump(code: u16, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
+    libc::sock_filter { code, jt, jf, k }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every jump lands inside the program, and it ends by allowing.
+    #[test]
+    fn jumps_stay_inside_the_program() {
+        let program = filter();
+        for (at, insn) in program.iter().enumerate() {
+            if insn.code & 0x07 == libc::BPF_JMP as u16 {
+                assert!(at + 1 + usize::from(insn.jt.max(insn.jf)) < program.len(), "jump at {at}");
+            }
+        }
+        let last = program.last().unwrap();
+        assert_eq!((last.code, last.k), (RET_K, libc::SECCOMP_RET_ALLOW));
+    }
+}

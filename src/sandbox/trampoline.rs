@@ -1,0 +1,233 @@
+//! The trampoline: the `exec-server` binary re-executed in a hidden mode (its
+//! first argument is [`MARKER`]) as the leader of a sandboxed process. In one
+//! straight line it checks the mechanisms, enters new user, mount, PID and
+//! (without network) network namespaces, builds the read-only view, and forks
+//! the namespace's init, which forks the program. It then stays as the
+//! leader the server watches, ignoring signals (they reach the program through
+//! the process group), and exits the way the program did.
+//!
+//! Why three processes: the program must not be the PID namespace's init
+//! (init ignores signals it has no handler for, so SIGTERM and SIGINT would
+//! not reach a shell), and the init must not be the leader (the leader's exit
+//! is the program's exit, while the init outlives it to keep descendants in
+//! the namespace). When the server dies, even by SIGKILL, its end of the life
+//! pipe closes, the init exits, and the kernel kills everything in the
+//! namespace: nothing a sandboxed process does (`setsid`, double fork,
+//! signals) can keep it alive, since it can neither see nor signal anything
+//! outside.
+
+use std::ffi::{CString, OsString};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::policy::Policy;
+use super::report::{self, LIFE_FD, REPORT_FD};
+use super::sys::{self, check};
+use super::{init, landlock, seccomp, view};
+
+/// The first argument of the hidden mode.
+pub(crate) const MARKER: &str = "--exec-server-sandbox-trampoline";
+/// The lowest Landlock ABI the sandbox runs with: 1 has the fs rights that
+/// keep devices and pseudo-files unwritten; later ABIs add layers
+/// (truncate, device ioctls, TCP, scoped signals) where the kernel has them.
+const MIN_LANDLOCK_ABI: u32 = 1;
+
+/// What the trampoline is told, as its second argument (JSON); the program's
+/// argv follows.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Spec {
+    pub(crate) policy: Policy,
+    /// The program, resolved by the server.
+    pub(crate) program: PathBuf,
+    /// The directory the program starts in (the trampoline was started there).
+    pub(crate) cwd: PathBuf,
+    /// The process's own terminal, which it may open by name.
+    pub(crate) tty: Option<PathBuf>,
+    /// Mechanisms to treat as missing: how the tests prove the refusal.
+    #[serde(default)]
+    pub(crate) unavailable: Vec<String>,
+}
+
+/// Runs the hidden mode; never returns.
+pub(crate) fn main(args: Vec<OsString>) -> ! {
+    ignore_signals();
+    let (spec, argv) = match parse(args) {
+        Ok(parsed) => parsed,
+        Err(message) => fail(&message),
+    };
+    let abi = match mechanisms(&spec) {
+        Ok(abi) => abi,
+        Err(message) => fail(&message),
+    };
+    if let Err(message) = enter_namespaces(&spec) {
+        fail(&message);
+    }
+    if let Err(message) = view::build(&spec.policy.writable, &spec.cwd) {
+        fail(&message);
+    }
+    let (status_read, status_write) = match status_pipe() {
+        Ok(pipe) => pipe,
+        Err(message) => fail(&message),
+    };
+    // SAFETY: this process is single-threaded; the child runs only our code.
+    match unsafe { libc::fork() } {
+        -1 => fail(&sys::failed("cannot start the sandbox's init")),
+        0 => {
+            drop(status_read);
+            init::run(&spec, abi, &argv, status_write)
+        }
+        _ => {
+            drop(status_write);
+            // SAFETY: closing descriptors this process no longer needs.
+            unsafe {
+                libc::close(LIFE_FD);
+                libc::close(REPORT_FD);
+            }
+            sys::stdio_to_null();
+            exit_as(read_status(&status_read))
+        }
+    }
+}
+
+fn parse(args: Vec<OsString>) -> Result<(Spec, Vec<CString>), String> {
+    let mut args = args.into_iter().skip(2);
+    let spec = args.next().ok_or("the sandbox helper got no policy")?;
+    let spec: Spec = serde_json::from_slice(spec.as_encoded_bytes())
+        .map_err(|e| format!("the sandbox helper got a malformed policy: {e}"))?;
+    let argv = args
+        .map(|arg| CString::new(arg.into_vec()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| "an argument holds a NUL byte".to_owned())?;
+    if argv.is_empty() {
+        return Err("the sandbox helper got no program".to_owned());
+    }
+    Ok((spec, argv))
+}
+
+/// Checks that every mechanism is there; the Landlock ABI to use.
+fn mechanisms(spec: &Spec) -> Result<u32, String> {
+    let missing = |name: &str| spec.unavailable.iter().any(|m| m == name);
+    let abi = if missing("landlock") { 0 } else { landlock::abi() };
+    if abi < MIN_LANDLOCK_ABI {
+        return Err("Landlock is not available on this kernel (Linux 5.13 or later with `landlock` in the lsm= list); it confines reads and device writes".to_owned());
+    }
+    if missing("seccomp") || !seccomp::available() {
+        return Err(
+            "seccomp filters are not available on this kernel; they block Unix-domain sockets"
+                .to_owned(),
+        );
+    }
+    if missing("userns") {
+        return Err(namespaces_missing("unavailable (simulated)"));
+    }
+    Ok(abi)
+}
+
+fn namespaces_missing(error: &str) -> String {
+    format!("cannot create the sandbox's user, mount, PID and network namespaces: {error}; unprivileged user namespaces may be disabled on this host (kernel.unprivileged_userns_clone, user.max_user_namespaces, or an AppArmor restriction)")
+}
+
+/// New user, mount, PID and (without network) network namespaces, with this
+/// process's uid and gid mapped to themselves.
+fn enter_namespaces(spec: &Spec) -> Result<(), String> {
+    // SAFETY: plain getters.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+    if !spec.policy.network {
+        flags |= libc::CLONE_NEWNET;
+    }
+    // SAFETY: unshare with constant flags.
+    if unsafe { libc::unshare(flags) } != 0 {
+        return Err(namespaces_missing(&std::io::Error::last_os_error().to_string()));
+    }
+    sys::write_file("/proc/self/setgroups", "deny")?;
+    sys::write_file("/proc/self/uid_map", &format!("{uid} {uid} 1\n"))?;
+    sys::write_file("/proc/self/gid_map", &format!("{gid} {gid} 1\n"))?;
+    Ok(())
+}
+
+/// The pipe the init reports the program's wait status on; SIGCHLD is blocked
+/// first so that the init, which inherits the mask, misses none.
+fn status_pipe() -> Result<(OwnedFd, OwnedFd), String> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two new descriptors.
+    check(
+        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }.into(),
+        "cannot create a pipe",
+    )?;
+    // SAFETY: both are new and owned by nobody else.
+    let pipe = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: a set with SIGCHLD, installed as blocked.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    Ok(pipe)
+}
+
+/// Signals sent to the group are for the program: the helpers ignore them.
+fn ignore_signals() {
+    for signal in 1..libc::SIGRTMIN() {
+        if matches!(signal, libc::SIGKILL | libc::SIGSTOP | libc::SIGCHLD) {
+            continue;
+        }
+        // SAFETY: setting a disposition to ignore.
+        unsafe { libc::signal(signal, libc::SIG_IGN) };
+    }
+}
+
+/// The program's wait status, or `None` when the init died first.
+fn read_status(status: &OwnedFd) -> Option<libc::c_int> {
+    let mut bytes = [0u8; 4];
+    let mut got = 0;
+    while got < bytes.len() {
+        // SAFETY: a valid buffer of the remaining length.
+        let n = unsafe {
+            libc::read(status.as_raw_fd(), bytes[got..].as_mut_ptr().cast(), bytes.len() - got)
+        };
+        if n > 0 {
+            got += n as usize;
+        } else if n == 0
+            || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
+        {
+            return None;
+        }
+    }
+    Some(libc::c_int::from_ne_bytes(bytes))
+}
+
+/// Ends this process as the program ended: its exit code, or its signal.
+fn exit_as(status: Option<libc::c_int>) -> ! {
+    let signal = match status {
+        Some(status) if libc::WIFEXITED(status) => {
+            // SAFETY: ends this process.
+            unsafe { libc::_exit(libc::WEXITSTATUS(status)) }
+        }
+        Some(status) if libc::WIFSIGNALED(status) => libc::WTERMSIG(status),
+        _ => libc::SIGKILL,
+    };
+    // SAFETY: no core file; the signal's default action, unblocked, raised at ourselves.
+    unsafe {
+        let none = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        libc::setrlimit(libc::RLIMIT_CORE, &none);
+        libc::signal(signal, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, signal);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(signal);
+        libc::_exit(128 + signal)
+    }
+}
+
+/// Reports why the sandbox cannot be built, and ends.
+pub(crate) fn fail(message: &str) -> ! {
+    report::setup_failed(message);
+    // SAFETY: ends this process at once.
+    unsafe { libc::_exit(126) }
+}
