@@ -184,9 +184,12 @@ async fn direct_spawns_in_turn() {
     }
 }
 
-async fn server_spawns_in_turn(client: &Client, prefix: &str) {
+async fn server_spawns_in_turn(client: &Client, prefix: &str, sandbox: Option<&Sandbox>) {
     for i in 0..SPAWNS {
-        let params = StartParams::new(format!("{prefix}-{i}"), ["true"], "/");
+        let mut params = StartParams::new(format!("{prefix}-{i}"), ["true"], "/");
+        if let Some(sandbox) = sandbox {
+            params = params.sandbox(sandbox.clone());
+        }
         let mut process = client.start(params).await.unwrap();
         assert_eq!(process.wait().await.unwrap().code, 0);
     }
@@ -342,7 +345,7 @@ async fn bench() {
             n += 1;
             let prefix = format!("turn-{n}");
             let client = client.clone();
-            async move { server_spawns_in_turn(&client, &prefix).await }
+            async move { server_spawns_in_turn(&client, &prefix, None).await }
         })
         .await;
         rows.push(Row {
@@ -350,6 +353,27 @@ async fn bench() {
             server: micros(served, SPAWNS),
             baseline: micros(direct, SPAWNS),
             baseline_what: "direct spawn + wait",
+            unit: "us",
+            higher_is_better: false,
+        });
+        let scratch =
+            std::env::temp_dir().join(format!("exec-server-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&scratch).unwrap();
+        let sandbox = Sandbox::restricted([scratch.clone()]);
+        let confined = median(|| {
+            n += 1;
+            let prefix = format!("sandboxed-{n}");
+            let client = client.clone();
+            let sandbox = sandbox.clone();
+            async move { server_spawns_in_turn(&client, &prefix, Some(&sandbox)).await }
+        })
+        .await;
+        std::fs::remove_dir_all(&scratch).unwrap();
+        rows.push(Row {
+            what: "sandboxed start of true -> exited (us each)",
+            server: micros(confined, SPAWNS),
+            baseline: micros(served, SPAWNS),
+            baseline_what: "unsandboxed, same server",
             unit: "us",
             higher_is_better: false,
         });

@@ -465,6 +465,13 @@ impl StartParams {
         self.pipe_stdin = true;
         self
     }
+
+    /// Runs confined by `sandbox`, for example
+    /// `Sandbox::restricted(["/work"]).readable_roots(["/usr", "/work"]).network(false)`.
+    pub fn sandbox(mut self, sandbox: Sandbox) -> StartParams {
+        self.sandbox = Some(sandbox);
+        self
+    }
 }
 
 /// Watches whether a connection is closed.

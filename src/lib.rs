@@ -59,7 +59,7 @@ pub use crate::error::Error;
 pub use crate::executor::{Executor, LocalExecutor, RemoteExecutor};
 pub use crate::filesystem::{FileSystem, LocalFileSystem, RemoteFileSystem};
 pub use crate::launcher::{LaunchCommand, Launcher, Shutdown, SshCommand};
-pub use crate::protocol::{StartParams, TtySize};
+pub use crate::protocol::{Sandbox, SandboxMode, SandboxType, StartParams, TtySize};
 
 /// The `exec-server` binary's `main`: flags, logging, signals, and the server.
 #[doc(hidden)]

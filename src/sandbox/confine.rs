@@ -46,7 +46,7 @@ fn confine(spec: &Spec, abi: u32) -> Result<(), String> {
     )?;
     landlock::restrict(&spec.policy, spec.tty.as_deref(), abi)?;
     drop_capabilities()?;
-    seccomp::install()?;
+    seccomp::install(spec.policy.network)?;
     // SAFETY: marks descriptors 3 and up close-on-exec; the report pipe goes with the exec.
     let rc =
         unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };

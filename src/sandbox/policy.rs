@@ -17,7 +17,7 @@ pub(crate) struct Policy {
     pub(crate) writable: Vec<PathBuf>,
     /// Reads only beneath these and `writable`; `None`: reads everywhere.
     pub(crate) readable: Option<Vec<PathBuf>>,
-    /// The host's IP network (false: a network namespace of its own, with nothing in it).
+    /// The host's IP network (false: no IP socket at all).
     pub(crate) network: bool,
 }
 

@@ -1,8 +1,11 @@
-//! The seccomp filter of a sandboxed program: no Unix-domain socket of its own
-//! (`socket(AF_UNIX, ...)`), so no connection to a socket outside the writable
-//! roots (an ssh agent, Docker, D-Bus); `socketpair` still works. No io_uring,
-//! which would create sockets past this filter, and no syscall of another ABI
-//! (x32, i386), which would name them by other numbers.
+//! The seccomp filter of a sandboxed program, about sockets:
+//! - no Unix-domain socket of its own (`socket(AF_UNIX, ...)`), so no
+//!   connection to a socket outside the writable roots (an ssh agent, Docker,
+//!   D-Bus); `socketpair` still works;
+//! - without network, no socket of any family but netlink: no TCP or UDP, v4
+//!   or v6, loopback included, nothing listening, no vsock or packet socket;
+//! - no io_uring, which would create sockets past this filter, and no system
+//!   call of another ABI (x32, i386), which would name them by other numbers.
 
 use std::io;
 
@@ -32,8 +35,8 @@ const OFFSET_ARCH: u32 = 4;
 const OFFSET_ARG0: u32 = 16;
 
 /// Installs the filter on the calling thread; NoNewPrivs must be set.
-pub(crate) fn install() -> Result<(), String> {
-    let program = filter();
+pub(crate) fn install(network: bool) -> Result<(), String> {
+    let program = filter(network);
     let prog = libc::sock_fprog {
         len: u16::try_from(program.len()).map_err(|_| "seccomp filter too long".to_owned())?,
         filter: program.as_ptr().cast_mut(),
@@ -58,7 +61,7 @@ pub(crate) fn available() -> bool {
     unsafe { libc::prctl(libc::PR_GET_SECCOMP) >= 0 }
 }
 
-fn filter() -> Vec<libc::sock_filter> {
+fn filter(network: bool) -> Vec<libc::sock_filter> {
     let errno = |e: i32| libc::SECCOMP_RET_ERRNO | (e as u32 & libc::SECCOMP_RET_DATA);
     let mut program = vec![
         statement(LD_W_ABS, OFFSET_ARCH),
@@ -70,15 +73,28 @@ fn filter() -> Vec<libc::sock_filter> {
         program.push(jump(JSET_K, bit, 0, 1));
         program.push(statement(RET_K, libc::SECCOMP_RET_KILL_PROCESS));
     }
-    program.extend([
-        jump(JEQ_K, NR_IO_URING_SETUP, 0, 1),
-        statement(RET_K, errno(libc::ENOSYS)),
-        jump(JEQ_K, arch::NR_SOCKET, 0, 3),
-        statement(LD_W_ABS, OFFSET_ARG0),
-        jump(JEQ_K, libc::AF_UNIX as u32, 0, 1),
-        statement(RET_K, errno(libc::EACCES)),
-        statement(RET_K, libc::SECCOMP_RET_ALLOW),
-    ]);
+    let refuse = statement(RET_K, errno(libc::EACCES));
+    let allow = statement(RET_K, libc::SECCOMP_RET_ALLOW);
+    program.extend([jump(JEQ_K, NR_IO_URING_SETUP, 0, 1), statement(RET_K, errno(libc::ENOSYS))]);
+    if network {
+        // socket: AF_UNIX refused, the rest allowed.
+        program.extend([
+            jump(JEQ_K, arch::NR_SOCKET, 0, 3),
+            statement(LD_W_ABS, OFFSET_ARG0),
+            jump(JEQ_K, libc::AF_UNIX as u32, 0, 1),
+            refuse,
+            allow,
+        ]);
+    } else {
+        // socket: only AF_NETLINK allowed.
+        program.extend([
+            jump(JEQ_K, arch::NR_SOCKET, 0, 3),
+            statement(LD_W_ABS, OFFSET_ARG0),
+            jump(JEQ_K, libc::AF_NETLINK as u32, 1, 0),
+            refuse,
+            allow,
+        ]);
+    }
     program
 }
 
@@ -97,7 +113,12 @@ mod tests {
     /// Every jump lands inside the program, and it ends by allowing.
     #[test]
     fn jumps_stay_inside_the_program() {
-        let program = filter();
+        for network in [false, true] {
+            check(&filter(network));
+        }
+    }
+
+    fn check(program: &[libc::sock_filter]) {
         for (at, insn) in program.iter().enumerate() {
             if insn.code & 0x07 == libc::BPF_JMP as u16 {
                 assert!(at + 1 + usize::from(insn.jt.max(insn.jf)) < program.len(), "jump at {at}");
