@@ -35,7 +35,15 @@ pub struct LocalExecutor {
 impl LocalExecutor {
     /// Starts the in-process server.
     pub async fn new() -> Result<LocalExecutor, Error> {
-        Ok(LocalExecutor { client: Client::in_process(Config::default()).await? })
+        LocalExecutor::with_config(Config::default()).await
+    }
+
+    /// Starts the in-process server with `config`: for sandboxed processes,
+    /// [`Config::sandbox_helper`] names the `exec-server` binary that applies
+    /// the policy (this process cannot, unless it calls
+    /// [`run_sandbox_helper_if_requested`](crate::run_sandbox_helper_if_requested) first thing in `main`).
+    pub async fn with_config(config: Config) -> Result<LocalExecutor, Error> {
+        Ok(LocalExecutor { client: Client::in_process(config).await? })
     }
 
     /// The in-process client, for the other methods.

@@ -61,6 +61,15 @@ pub use crate::filesystem::{FileSystem, LocalFileSystem, RemoteFileSystem};
 pub use crate::launcher::{LaunchCommand, Launcher, Shutdown, SshCommand};
 pub use crate::protocol::{Sandbox, SandboxMode, SandboxType, StartParams, TtySize};
 
+/// Lets this program serve as its own sandbox helper: call it first thing in
+/// `main`. When the program was started as a sandbox trampoline (by a server
+/// embedded in it, whose [`server::Config::sandbox_helper`] is left `None`),
+/// this applies the policy and executes the sandboxed program, never
+/// returning; otherwise it returns at once.
+pub fn run_sandbox_helper_if_requested() {
+    sandbox::run_if_trampoline();
+}
+
 /// The `exec-server` binary's `main`: flags, logging, signals, and the server.
 #[doc(hidden)]
 pub fn run_binary() -> std::process::ExitCode {

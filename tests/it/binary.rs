@@ -25,11 +25,16 @@ impl Binary {
 
     /// Like [`Binary::spawn`], with stderr going to `stderr`.
     pub fn spawn_with_stderr(args: &[&str], stderr: Stdio) -> Binary {
-        let mut child = tokio::process::Command::new(BIN)
-            .args(args)
+        let mut command = tokio::process::Command::new(BIN);
+        command.args(args).stderr(stderr);
+        Binary::from_command(command)
+    }
+
+    /// Runs `command` (the binary, perhaps behind `setpriv`) with piped stdin and stdout.
+    pub fn from_command(mut command: tokio::process::Command) -> Binary {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(stderr)
             .kill_on_drop(true)
             .spawn()
             .unwrap();

@@ -18,6 +18,8 @@ mod protocol;
 mod pty;
 mod robust;
 mod routing;
+mod sandbox;
+mod sandbox_escape;
 mod ssh;
 mod support;
 mod traits;
