@@ -166,13 +166,15 @@ pub struct Capabilities {
 
 /// What `capabilities.features` lists: base64 twins of paths and names,
 /// `followSymlinks`, atomic `fs/writeFile`, fs on regular files only, and
-/// confinement of every path an fs method touches.
+/// confinement of every path an fs method touches, and `restricted` sandboxes
+/// of processes.
 pub const FEATURES: &[&str] = &[
     "fs/pathBase64",
     "fs/followSymlinks",
     "fs/atomicWrite",
     "fs/regularFilesOnly",
     "fs/confinedTrees",
+    "process/sandbox",
 ];
 
 /// Which stream an output chunk came from.

@@ -24,7 +24,7 @@ async fn handshake_reports_version_server_info_and_capabilities() {
                 "notifications": ["process/output", "process/exited", "process/closed"],
                 "features": [
                     "fs/pathBase64", "fs/followSymlinks", "fs/atomicWrite",
-                    "fs/regularFilesOnly", "fs/confinedTrees"
+                    "fs/regularFilesOnly", "fs/confinedTrees", "process/sandbox"
                 ]
             }
         })
