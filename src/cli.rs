@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use crate::host;
 use crate::server::{self, Config, ListenOptions, OnEof};
-use crate::server::{DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_PROCESSES};
+use crate::server::{DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_PROCESSES, DEFAULT_MAX_RETAINED_BYTES};
 use crate::stdio::Stdio;
 use clap::{Parser, ValueEnum};
 use tracing_subscriber::EnvFilter;
@@ -21,6 +21,9 @@ struct Cli {
     /// Live processes allowed per connection.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_PROCESSES)]
     max_processes: usize,
+    /// Retained output of the whole server, in bytes (each chunk also costs 128 bytes).
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_RETAINED_BYTES)]
+    max_retained_bytes: usize,
     /// Confine fs paths and process cwds to this directory (repeatable). Not a sandbox.
     #[arg(long = "root", value_name = "DIR")]
     roots: Vec<PathBuf>,
@@ -36,6 +39,9 @@ struct Cli {
     /// File holding the bearer token WebSocket clients must send (required off loopback).
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// With --listen: connections served at once (handshakes included); beyond, HTTP 503.
+    #[arg(long, value_name = "N", default_value_t = crate::server::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
     /// Confine every process: writes only beneath the --root directories (or its cwd), no network.
     #[arg(long)]
     sandbox: bool,
@@ -81,9 +87,24 @@ pub(crate) fn main() -> ExitCode {
     if let Err(error) = host::become_subreaper() {
         tracing::warn!(%error, "cannot become a child subreaper");
     }
+    match host::raise_descriptor_limit() {
+        Ok(limit) => {
+            let fit = crate::process::processes_fitting(limit);
+            if fit < cli.max_processes as u64 {
+                tracing::warn!(
+                    limit,
+                    fit,
+                    max_processes = cli.max_processes,
+                    "the descriptor limit (RLIMIT_NOFILE) lets only about this many processes run at once"
+                );
+            }
+        }
+        Err(error) => tracing::warn!(%error, "cannot raise the descriptor limit"),
+    }
     let config = Config {
         max_message_bytes: cli.max_message_bytes,
         max_processes: cli.max_processes,
+        max_retained_bytes: cli.max_retained_bytes,
         roots: cli.roots,
         sandbox: cli.sandbox,
         sandbox_network: cli.sandbox_network,
@@ -123,7 +144,9 @@ pub(crate) fn main() -> ExitCode {
         let shutdown = shutdown_signal()?;
         let reaper = tokio::spawn(host::reap_orphans());
         let result = match listen {
-            Some((address, token)) => serve_websocket(address, token, config, shutdown).await,
+            Some((address, token)) => {
+                serve_websocket(address, token, cli.max_connections, config, shutdown).await
+            }
             None => {
                 let Stdio { reader, writer, guard } = Stdio::open();
                 let hangup = crate::stdio::output_hangup();
@@ -197,6 +220,7 @@ fn listen_address(
 async fn serve_websocket(
     address: SocketAddr,
     token: Option<String>,
+    max_connections: usize,
     config: Config,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
@@ -210,7 +234,8 @@ async fn serve_websocket(
     writeln!(stdout, "{url}")?;
     stdout.flush()?;
     drop(stdout);
-    let options = ListenOptions { config, token, ping_interval: server::PING_INTERVAL };
+    let options =
+        ListenOptions { config, token, ping_interval: server::PING_INTERVAL, max_connections };
     server::listen(listener, options, shutdown).await
 }
 

@@ -23,6 +23,28 @@ pub(crate) fn become_subreaper() -> io::Result<()> {
     Ok(())
 }
 
+/// Raises the soft limit on open descriptors to the hard limit (at most
+/// 2^20), as servers commonly do: each process takes up to
+/// [`crate::process::FDS_PER_PROCESS`] descriptors, so the usual soft limit of
+/// 1024 would stop a connection near 300 processes. Returns the limit now in force.
+pub(crate) fn raise_descriptor_limit() -> io::Result<u64> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into `limit`.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let wanted = limit.rlim_max.min(1 << 20);
+    if wanted > limit.rlim_cur {
+        let raised = libc::rlimit { rlim_cur: wanted, rlim_max: limit.rlim_max };
+        // SAFETY: setrlimit reads `raised`.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        return Ok(wanted);
+    }
+    Ok(limit.rlim_cur)
+}
+
 /// Reaps adopted orphans on every SIGCHLD, forever (abort the task to stop).
 /// Children that a connection started are left to that connection.
 pub(crate) async fn reap_orphans() -> io::Result<()> {

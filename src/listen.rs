@@ -1,41 +1,54 @@
 //! `--listen ws://IP:PORT`: JSON-RPC over WebSocket, one session per connection.
 //!
-//! Each connection gets its own handshake, process table and loop
-//! ([`crate::server`]'s `serve`), exactly as a stdio session. A reader task
-//! turns frames into messages and a writer task lines into text frames and
-//! pings the peer every 30 s; a peer silent for a whole ping period is dropped.
-//! Upgrades carrying an `Origin` header are refused (403): a web page must
-//! never drive the server. With a token, every upgrade must carry
-//! `Authorization: Bearer TOKEN` (else 401).
+//! Each connection runs on a thread of its own (a current-thread runtime), so
+//! one connection's large reply or burst of work never stalls another: its
+//! handshake ([`handshake`], bounded by [`HANDSHAKE_TIMEOUT`]), its frames
+//! ([`frames`]), and its process table and loop ([`crate::server`]'s
+//! `serve`), exactly as a stdio session. A reader task turns frames into
+//! messages and a writer task lines into text frames and pings the peer every
+//! 30 s; a peer silent for a whole ping period is dropped. Upgrades carrying
+//! an `Origin` header are refused (403): a web page must never drive the
+//! server. With a token, every upgrade must carry `Authorization: Bearer
+//! TOKEN` (else 401). Beyond `--max-connections` a connection gets 503 at
+//! once; when the process is out of descriptors, the accept loop pauses
+//! instead of spinning.
+
+mod frames;
+mod handshake;
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinSet;
-use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
-use tokio_tungstenite::tungstenite::http::{header, StatusCode};
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::Message as Frame;
-use tokio_tungstenite::WebSocketStream;
 
+use self::frames::{Event, MessageBudget, Reader};
+use self::handshake::Outcome;
 use crate::fs::Roots;
 use crate::server::{serve, Channels, Config, OnEof};
 use crate::transport::Incoming;
 
 /// How often the server pings each peer; a peer silent for a whole period is dropped.
 pub const PING_INTERVAL: Duration = Duration::from_secs(30);
+/// How long a connection may take to send its upgrade request.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default `--max-connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+/// Bytes of incoming messages all connections together may hold at once
+/// (at least one `--max-message-bytes` message always fits).
+pub const MESSAGE_BUDGET: usize = 256 * 1024 * 1024;
 /// The WebSocket wording of a parse error, before the parser's detail.
 const FRAME_ERROR: &str = "failed to parse websocket JSON-RPC message from exec-server websocket: ";
 /// How long connections get to end after SIGTERM before the server exits anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// How long the accept loop pauses when the process is out of descriptors.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// How often a persisting accept failure is logged (with a count).
+const ACCEPT_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// What a listening server needs besides its socket.
 #[derive(Debug, Clone)]
@@ -46,6 +59,19 @@ pub struct ListenOptions {
     pub token: Option<String>,
     /// How often each peer is pinged ([`PING_INTERVAL`] in the binary).
     pub ping_interval: Duration,
+    /// Connections served at once (handshakes included); beyond, 503.
+    pub max_connections: usize,
+}
+
+impl Default for ListenOptions {
+    fn default() -> ListenOptions {
+        ListenOptions {
+            config: Config::default(),
+            token: None,
+            ping_interval: PING_INTERVAL,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
 }
 
 /// Serves WebSocket connections on `listener` until `shutdown` completes, then
@@ -56,64 +82,162 @@ where
 {
     // Resolved once: a bad root fails at start, and connections share the descriptors.
     let roots = Arc::new(Roots::new(&options.config.roots)?);
+    let budget = MessageBudget::new(MESSAGE_BUDGET, options.config.max_message_bytes);
     let options = Arc::new(options);
     let (stop, stopped) = watch::channel(false);
-    let mut connections = JoinSet::new();
+    // Each connection's thread holds a sender; all gone means all ended.
+    let (done, mut all_done) = mpsc::channel::<()>(1);
+    let active = Arc::new(AtomicUsize::new(0));
+    let mut failures = AcceptFailures::default();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    let connection = connection(stream, peer, options.clone(), roots.clone(), stopped.clone());
-                    connections.spawn(connection);
+                    if active.load(Ordering::Acquire) >= options.max_connections {
+                        tracing::info!(%peer, "too many connections; answered 503");
+                        let _ = stream.try_write(handshake::BUSY);
+                        continue;
+                    }
+                    let context = Context {
+                        options: options.clone(),
+                        roots: roots.clone(),
+                        budget: budget.clone(),
+                        stopped: stopped.clone(),
+                        _done: done.clone(),
+                        active: ActiveGuard::new(&active),
+                    };
+                    start_connection(stream, peer, context);
                 }
-                Err(error) => tracing::warn!(%error, "accepting a connection failed"),
+                Err(error) if out_of_resources(&error) => {
+                    failures.log(&error);
+                    // Stop accepting for a moment: the queue waits in the kernel.
+                    tokio::select! {
+                        () = tokio::time::sleep(ACCEPT_BACKOFF) => {}
+                        () = &mut shutdown => break,
+                    }
+                }
+                Err(error) => tracing::debug!(%error, "accepting a connection failed"),
             },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
             () = &mut shutdown => break,
         }
     }
-    tracing::info!(connections = connections.len(), "shutting down every connection");
+    tracing::info!(connections = active.load(Ordering::Acquire), "shutting down every connection");
     let _ = stop.send(true);
-    let ended = tokio::time::timeout(SHUTDOWN_GRACE, async {
-        while connections.join_next().await.is_some() {}
-    });
-    if ended.await.is_err() {
+    drop(done);
+    if tokio::time::timeout(SHUTDOWN_GRACE, all_done.recv()).await.is_err() {
         tracing::warn!("connections did not end in time; leaving them");
     }
     Ok(())
 }
 
-// The handshake callback's error type is tungstenite's own HTTP response.
-#[allow(clippy::result_large_err)]
-async fn connection(
-    stream: TcpStream,
-    peer: SocketAddr,
+/// Whether an accept failed for want of descriptors or memory (it would fail again at once).
+fn out_of_resources(error: &io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
+}
+
+/// Accept failures, logged once per [`ACCEPT_LOG_INTERVAL`] with their count.
+#[derive(Default)]
+struct AcceptFailures {
+    count: u64,
+    logged: Option<Instant>,
+}
+
+impl AcceptFailures {
+    fn log(&mut self, error: &io::Error) {
+        self.count += 1;
+        if self.logged.is_none_or(|at| at.elapsed() >= ACCEPT_LOG_INTERVAL) {
+            tracing::warn!(%error, failures = self.count, "cannot accept connections; pausing accepts");
+            self.logged = Some(Instant::now());
+            self.count = 0;
+        }
+    }
+}
+
+/// Counts a connection as active until dropped.
+struct ActiveGuard(Arc<AtomicUsize>);
+
+impl ActiveGuard {
+    fn new(active: &Arc<AtomicUsize>) -> ActiveGuard {
+        active.fetch_add(1, Ordering::AcqRel);
+        ActiveGuard(active.clone())
+    }
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// What a connection's thread takes along.
+struct Context {
     options: Arc<ListenOptions>,
     roots: Arc<Roots>,
-    mut stopped: watch::Receiver<bool>,
-) {
+    budget: MessageBudget,
+    stopped: watch::Receiver<bool>,
+    _done: mpsc::Sender<()>,
+    active: ActiveGuard,
+}
+
+/// Starts the connection's thread (it answers 503 itself if its runtime cannot start).
+fn start_connection(stream: TcpStream, peer: SocketAddr, context: Context) {
+    let std_stream = match stream.into_std() {
+        Ok(std_stream) => std_stream,
+        Err(error) => {
+            tracing::warn!(%peer, %error, "cannot hand a connection to its thread");
+            return;
+        }
+    };
+    let thread = std::thread::Builder::new().name("exec-server-conn".into()).spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .max_blocking_threads(8)
+            .enable_all()
+            .build();
+        match runtime {
+            Ok(runtime) => runtime.block_on(async move {
+                match TcpStream::from_std(std_stream) {
+                    Ok(stream) => connection(stream, peer, context).await,
+                    Err(error) => tracing::warn!(%peer, %error, "cannot serve a connection"),
+                }
+            }),
+            Err(error) => {
+                tracing::warn!(%peer, %error, "cannot start a connection's runtime; answered 503");
+                let _ = std::io::Write::write(&mut &std_stream, handshake::BUSY);
+            }
+        }
+    });
+    // Detached: it ends with its connection (the listener waits through `_done`).
+    if let Err(error) = thread {
+        tracing::warn!(%peer, %error, "cannot start a connection's thread; closed it");
+    }
+}
+
+async fn connection(mut stream: TcpStream, peer: SocketAddr, context: Context) {
+    let Context { options, roots, budget, mut stopped, _done, active } = context;
+    let _active = active;
     let _ = stream.set_nodelay(true);
     drop_dead_peers(&stream);
-    let limit = options.config.max_message_bytes;
-    // The hard cap lets a frame a little over the limit be refused politely;
-    // far beyond it, tungstenite drops the connection.
-    let hard_cap = limit.saturating_mul(2).max(1 << 20);
-    let ws_config =
-        WebSocketConfig::default().max_message_size(Some(hard_cap)).max_frame_size(Some(hard_cap));
-    let token = options.token.clone();
-    let check = move |request: &Request, response: Response| authorize(request, response, &token);
-    let ws = match tokio_tungstenite::accept_hdr_async_with_config(stream, check, Some(ws_config))
-        .await
-    {
-        Ok(ws) => ws,
-        Err(error) => {
-            tracing::info!(%peer, %error, "refused a WebSocket upgrade");
+    let handshake = handshake::handshake(&mut stream, options.token.as_deref());
+    let leftover = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+        Ok(Ok(Outcome::Upgraded { leftover })) => leftover,
+        Ok(Ok(Outcome::Answered(status))) => {
+            tracing::info!(%peer, status, "answered a request without upgrading");
+            return;
+        }
+        Ok(Ok(Outcome::Gone)) => return,
+        Ok(Err(error)) => {
+            tracing::info!(%peer, %error, "the upgrade failed");
+            return;
+        }
+        Err(_) => {
+            tracing::info!(%peer, "no upgrade request within {HANDSHAKE_TIMEOUT:?}; closing");
             return;
         }
     };
     tracing::info!(%peer, "connection opened");
-    let channels = bridge(ws, limit, options.ping_interval);
+    let limit = options.config.max_message_bytes;
+    let channels = bridge(stream, leftover, limit, budget, options.ping_interval);
     let config = Config { on_eof: OnEof::Kill, ..options.config.clone() };
     let shutdown = async move {
         let _ = stopped.wait_for(|stop| *stop).await;
@@ -151,75 +275,69 @@ fn drop_dead_peers(stream: &TcpStream) {
     }
 }
 
-/// Refuses browsers (Origin: 403) and, with a token, upgrades without it (401).
-/// The shape of the result is tungstenite's handshake callback.
-#[allow(clippy::result_large_err)]
-fn authorize(
-    request: &Request,
-    response: Response,
-    token: &Option<String>,
-) -> Result<Response, ErrorResponse> {
-    if request.headers().contains_key(header::ORIGIN) {
-        return Err(refusal(StatusCode::FORBIDDEN, "requests from web pages are refused"));
-    }
-    if let Some(token) = token {
-        let presented = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .unwrap_or("");
-        if !same_secret(presented.as_bytes(), token.as_bytes()) {
-            return Err(refusal(StatusCode::UNAUTHORIZED, "a valid bearer token is required"));
-        }
-    }
-    Ok(response)
-}
-
-fn refusal(status: StatusCode, text: &str) -> ErrorResponse {
-    let mut response = ErrorResponse::new(Some(text.to_owned()));
-    *response.status_mut() = status;
-    response
-}
-
-/// Compares two secrets in time that depends only on their lengths.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// What the reader asks the writer to send besides lines.
+enum Control {
+    Pong(Vec<u8>),
+    Close(u16, &'static str),
 }
 
 /// The reader and writer tasks of one WebSocket, as the loop's channels.
-fn bridge(ws: WebSocketStream<TcpStream>, limit: usize, ping_interval: Duration) -> Channels {
-    let (mut sink, mut stream) = ws.split();
+fn bridge(
+    stream: TcpStream,
+    leftover: Vec<u8>,
+    limit: usize,
+    budget: MessageBudget,
+    ping_interval: Duration,
+) -> Channels {
+    let (read_half, write_half) = stream.into_split();
     let (incoming_tx, incoming) = mpsc::channel(2);
     let (outgoing, mut lines) = mpsc::channel::<String>(4);
+    let (control_tx, mut control) = mpsc::channel::<Control>(8);
     let heard = Arc::new(AtomicBool::new(true));
     let heard_by_reader = heard.clone();
-    // Set when a text frame was not UTF-8: the close then says 1007 (RFC 6455).
-    let invalid = Arc::new(AtomicBool::new(false));
-    let invalid_by_reader = invalid.clone();
     let reader = tokio::spawn(async move {
-        while let Some(frame) = stream.next().await {
-            heard_by_reader.store(true, Ordering::Relaxed);
-            let bytes = match frame {
-                Ok(Frame::Text(text)) => text.as_bytes().to_vec(),
-                Ok(Frame::Binary(bytes)) => bytes.to_vec(),
-                Ok(Frame::Close(_)) => break,
-                Ok(_) => continue,
+        let mut frames = Reader::new(read_half, leftover, limit, budget);
+        loop {
+            let event = match frames.next().await {
+                Ok(Some(event)) => event,
+                Ok(None) => break,
                 Err(error) => {
-                    if matches!(error, tokio_tungstenite::tungstenite::Error::Utf8(_)) {
-                        invalid_by_reader.store(true, Ordering::Relaxed);
-                    }
                     tracing::info!(%error, "WebSocket read failed; closing");
                     break;
                 }
             };
-            let message = if bytes.len() > limit {
-                Incoming::TooLong { limit }
-            } else {
-                Incoming::decode(&bytes, FRAME_ERROR)
+            heard_by_reader.store(true, Ordering::Relaxed);
+            let message = match event {
+                Event::Message { text, bytes, _held } => {
+                    if text && std::str::from_utf8(&bytes).is_err() {
+                        let _ = control_tx
+                            .send(Control::Close(
+                                frames::CLOSE_INVALID,
+                                "a text frame was not UTF-8",
+                            ))
+                            .await;
+                        break;
+                    }
+                    let message = Incoming::decode(&bytes, FRAME_ERROR);
+                    drop(bytes);
+                    drop(_held);
+                    message
+                }
+                Event::TooLong => Incoming::TooLong { limit },
+                Event::Ping(payload) => {
+                    let _ = control_tx.send(Control::Pong(payload)).await;
+                    continue;
+                }
+                Event::Close(code) => {
+                    tracing::debug!(?code, "the peer closed the WebSocket");
+                    let _ = control_tx.send(Control::Close(frames::CLOSE_NORMAL, "")).await;
+                    break;
+                }
+                Event::Broken { code, reason } => {
+                    tracing::info!(reason, "the peer broke the WebSocket protocol; closing");
+                    let _ = control_tx.send(Control::Close(code, reason)).await;
+                    break;
+                }
             };
             if incoming_tx.send(message).await.is_err() {
                 break;
@@ -227,18 +345,37 @@ fn bridge(ws: WebSocketStream<TcpStream>, limit: usize, ping_interval: Duration)
         }
     });
     let writer = tokio::spawn(async move {
+        let mut sink = BufWriter::with_capacity(64 * 1024, write_half);
         let mut ping = tokio::time::interval(ping_interval);
         ping.tick().await;
         // A peer that takes our frames is alive even if its pong waits behind them.
         let mut delivered = false;
+        let mut closing: Option<(u16, &'static str)> = None;
+        let mut control_open = true;
         loop {
             tokio::select! {
                 line = lines.recv() => match line {
                     Some(line) => {
-                        sink.send(Frame::text(line)).await.map_err(io::Error::other)?;
+                        frames::write_frame(&mut sink, frames::OPCODE_TEXT, line.as_bytes()).await?;
+                        while let Ok(line) = lines.try_recv() {
+                            frames::write_frame(&mut sink, frames::OPCODE_TEXT, line.as_bytes()).await?;
+                        }
+                        sink.flush().await?;
                         delivered = true;
                     }
                     None => break,
+                },
+                request = control.recv(), if control_open => match request {
+                    Some(Control::Pong(payload)) => {
+                        frames::write_frame(&mut sink, frames::OPCODE_PONG, &payload).await?;
+                        sink.flush().await?;
+                    }
+                    Some(Control::Close(code, reason)) => {
+                        // The loop ends once the reader has ended; its last replies still go out.
+                        closing = Some((code, reason));
+                        control_open = false;
+                    }
+                    None => control_open = false,
                 },
                 _ = ping.tick() => {
                     let progressed = std::mem::take(&mut delivered);
@@ -246,34 +383,20 @@ fn bridge(ws: WebSocketStream<TcpStream>, limit: usize, ping_interval: Duration)
                         tracing::info!("the peer answered no ping for {ping_interval:?}; closing");
                         return Err(io::Error::new(io::ErrorKind::TimedOut, "peer went silent"));
                     }
-                    sink.send(Frame::Ping(Default::default())).await.map_err(io::Error::other)?;
+                    frames::write_frame(&mut sink, frames::OPCODE_PING, b"").await?;
+                    sink.flush().await?;
                 }
             }
         }
-        if invalid.load(Ordering::Relaxed) {
-            let close = CloseFrame {
-                code: CloseCode::Invalid,
-                reason: "a text frame was not UTF-8".into(),
-            };
-            let _ = sink.send(Frame::Close(Some(close))).await;
-        }
-        let _ = sink.close().await;
+        let (code, reason) = closing.unwrap_or((frames::CLOSE_NORMAL, ""));
+        let mut payload = code.to_be_bytes().to_vec();
+        payload.extend_from_slice(reason.as_bytes());
+        let _ = frames::write_frame(&mut sink, frames::OPCODE_CLOSE, &payload).await;
+        let _ = sink.flush().await;
+        let _ = sink.shutdown().await;
         Ok(())
     });
     // A close frame ends the reader after the frames before it are taken.
     let (_, input_ended) = oneshot::channel();
     Channels { incoming, outgoing, reader, writer, input_ended }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn secrets_compare_by_content_and_length() {
-        assert!(same_secret(b"s3cret", b"s3cret"));
-        assert!(!same_secret(b"s3cret", b"s3creT"));
-        assert!(!same_secret(b"s3cret", b"s3cret!"));
-        assert!(!same_secret(b"", b"x"));
-    }
 }

@@ -46,6 +46,8 @@ use crate::protocol::{
 use crate::sandbox;
 
 pub(crate) use self::output::RETAINED_BYTES;
+/// Default budget of one connection's retained output (charged bytes).
+pub(crate) const CONNECTION_RETAINED: usize = 64 * 1024 * 1024;
 
 /// How long `process/exited` waits for the streams to drain after exit.
 const EXIT_DRAIN: Duration = Duration::from_millis(250);
@@ -53,12 +55,50 @@ const EXIT_DRAIN: Duration = Duration::from_millis(250);
 const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 /// `process/read`s waiting at once per connection.
 pub(crate) const MAX_PARKED: usize = 10_000;
+/// Descriptors a process holds in the server at most: stdout, stderr and
+/// stdin pipes (or a pty master) and a pidfd.
+pub(crate) const FDS_PER_PROCESS: u64 = 4;
+/// Descriptors the server keeps for itself (stdio, the runtime, listeners, fs calls).
+const RESERVED_FDS: u64 = 128;
+
+/// How many processes fit in a descriptor limit of `limit`.
+pub(crate) fn processes_fitting(limit: u64) -> u64 {
+    limit.saturating_sub(RESERVED_FDS) / FDS_PER_PROCESS
+}
+
+/// The current soft descriptor limit, for error messages.
+fn descriptor_limit() -> u64 {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into `limit`.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    limit.rlim_cur
+}
+
+/// The longest `processId`, in bytes.
+pub(crate) const MAX_PROCESS_ID_BYTES: usize = 256;
+
+/// -32602 for a `processId` over [`MAX_PROCESS_ID_BYTES`] (its start only is quoted).
+pub(crate) fn too_long_id(id: &str) -> ErrorObject {
+    let mut end = 32.min(id.len());
+    while !id.is_char_boundary(end) {
+        end -= 1;
+    }
+    ErrorObject::invalid_params(format!(
+        "processId is too long: {} bytes (starting {:?}), and the limit is {MAX_PROCESS_ID_BYTES}",
+        id.len(),
+        &id[..end]
+    ))
+}
 
 /// Limits of one table.
 #[derive(Debug, Clone)]
 pub(crate) struct Limits {
     pub(crate) max_processes: usize,
     pub(crate) retained_bytes: usize,
+    /// Retained output of all of the connection's processes (charged bytes).
+    pub(crate) connection_retained: usize,
+    /// Retained output of the whole server (charged bytes).
+    pub(crate) server_retained: usize,
     pub(crate) reservation: Duration,
     /// How processes are confined.
     pub(crate) sandbox: sandbox::Settings,
@@ -111,6 +151,11 @@ pub(crate) struct ProcessTable {
     /// The connection is ending: anything still starting is killed once started.
     closing: bool,
     limits: Limits,
+    /// What the processes' retained output costs.
+    account: Arc<output::Account>,
+    /// Serials of exited processes, oldest exit first: whose output goes first
+    /// when a retention budget is exceeded.
+    exited: VecDeque<u64>,
 }
 
 impl ProcessTable {
@@ -129,6 +174,8 @@ impl ProcessTable {
             spawner: spawner::Spawner::default(),
             closing: false,
             limits,
+            account: Arc::default(),
+            exited: VecDeque::new(),
         }
     }
 
@@ -143,6 +190,15 @@ impl ProcessTable {
     ) -> Result<Begun, ErrorObject> {
         if params.argv.is_empty() {
             return Err(ErrorObject::invalid_params("argv must not be empty"));
+        }
+        if params.process_id.len() > MAX_PROCESS_ID_BYTES {
+            return Err(too_long_id(&params.process_id));
+        }
+        if let Some(at) = params.argv.iter().position(|arg| arg.contains('\0')) {
+            return Err(ErrorObject::invalid_params(format!("argv[{at}] holds a NUL byte")));
+        }
+        if params.arg0.as_deref().is_some_and(|arg0| arg0.contains('\0')) {
+            return Err(ErrorObject::invalid_params("arg0 holds a NUL byte"));
         }
         sandbox::check_request(params.sandbox.as_ref(), &self.limits.sandbox)?;
         if let Some(name) = params.env.keys().find(|n| n.is_empty() || n.contains(['=', '\0'])) {
@@ -193,6 +249,13 @@ impl ProcessTable {
             let params = StartParams { cwd: cwd.path, ..work_params };
             let confined = policy.as_ref().map(|policy| (policy, settings.helper.as_deref()));
             Entry::spawn(&params, cwd.dir.as_ref(), confined).map_err(|error| match error {
+                SpawnError::Io(error) if matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                    ErrorObject::internal(format!(
+                        "failed to start `{}`: {error}: the server is out of file descriptors (its limit, RLIMIT_NOFILE, is {}, and each process takes up to {FDS_PER_PROCESS})",
+                        params.argv[0],
+                        descriptor_limit()
+                    ))
+                }
                 SpawnError::Io(error) => {
                     ErrorObject::internal(format!("failed to start `{}`: {error}", params.argv[0]))
                 }
@@ -245,13 +308,18 @@ impl ProcessTable {
         let outcome = outcome
             .unwrap_or_else(|_| Err(ErrorObject::internal("the spawner thread is gone")))
             .and_then(|spawned| {
-                Entry::start(serial, &params, spawned, &self.events, self.limits.retained_bytes)
-                    .map_err(|error| {
-                        ErrorObject::internal(format!(
-                            "failed to start `{}`: {error}",
-                            params.argv[0]
-                        ))
-                    })
+                let account = self.account.clone();
+                Entry::start(
+                    serial,
+                    &params,
+                    spawned,
+                    &self.events,
+                    self.limits.retained_bytes,
+                    account,
+                )
+                .map_err(|error| {
+                    ErrorObject::internal(format!("failed to start `{}`: {error}", params.argv[0]))
+                })
             });
         let result = outcome.map(|entry| {
             tracing::debug!(id = %params.process_id, pid = entry.pid, argv = ?params.argv, "started");
@@ -317,6 +385,11 @@ impl ProcessTable {
         let op = StdinOp { bytes: params.chunk.0, close: params.close_stdin };
         match stdin.push(op) {
             Ok(()) => {}
+            Err(StdinError::TooLarge(size)) => {
+                return Err(ErrorObject::invalid_request(format!(
+                    "the chunk for process {id} is too large: {size} bytes, and at most {STDIN_LIMIT} bytes of stdin can wait; send it in pieces"
+                )))
+            }
             Err(StdinError::Full(queued)) => {
                 return Err(ErrorObject::invalid_request(format!(
                     "stdin of process {id} is full: {queued} bytes wait for it to read, and the limit is {STDIN_LIMIT} bytes"
@@ -404,6 +477,7 @@ impl ProcessTable {
         match event {
             ProcEvent::Output { stream, bytes, .. } => {
                 out.push(entry.push_output(stream, bytes));
+                self.keep_retention_budgets(serial);
                 self.wake(serial, out);
             }
             ProcEvent::StreamEnd { .. } => {
@@ -417,12 +491,42 @@ impl ProcessTable {
                 });
                 tracing::debug!(%id, code = exit.code, signal = ?exit.signal, "exited");
                 entry.exited(exit, now);
+                self.exited.push_back(serial);
                 registry::reap_disowned();
                 if entry.streams_open() {
                     self.timers.schedule(now + EXIT_DRAIN, Timer::ExitDrain(serial));
                 }
                 self.timers.schedule(now + self.limits.reservation, Timer::Forget(serial));
                 self.settle(&id, now, out);
+            }
+        }
+    }
+
+    /// After process `pushed` retained a chunk: while the connection's or the
+    /// server's retained output is over its budget, the oldest exited
+    /// process's output goes first, then the older chunks of `pushed` (its
+    /// newest always stays). Other connections keep theirs; each trims its own
+    /// when it next retains, so the server-wide total passes its budget by at
+    /// most one chunk per connection.
+    fn keep_retention_budgets(&mut self, pushed: u64) {
+        let over = |table: &ProcessTable| {
+            table.account.bytes() > table.limits.connection_retained
+                || output::server_retained() > table.limits.server_retained
+        };
+        while over(self) {
+            if let Some(serial) = self.exited.pop_front() {
+                if let Some(entry) = self.ids.get(&serial).and_then(|id| self.entries.get_mut(id)) {
+                    if entry.output.clear() {
+                        tracing::debug!(id = %entry.id, "dropped an exited process's output: over the retention budget");
+                    }
+                }
+                continue;
+            }
+            let Some(entry) = self.ids.get(&pushed).and_then(|id| self.entries.get_mut(id)) else {
+                return;
+            };
+            if !entry.output.drop_oldest() {
+                return;
             }
         }
     }
@@ -578,6 +682,9 @@ impl ProcessTable {
 }
 
 fn unknown(id: &str) -> ErrorObject {
+    if id.len() > MAX_PROCESS_ID_BYTES {
+        return too_long_id(id);
+    }
     ErrorObject::invalid_request(format!("unknown process id {id}"))
 }
 

@@ -38,6 +38,8 @@ pub struct RequestId(IdRepr);
 #[serde(untagged)]
 enum IdRepr {
     Int(i64),
+    /// An integer above `i64::MAX` (JSON-RPC allows any integer; u64 is the edge).
+    Big(u64),
     Str(String),
 }
 
@@ -63,6 +65,7 @@ impl fmt::Display for RequestId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
             IdRepr::Int(id) => write!(f, "{id}"),
+            IdRepr::Big(id) => write!(f, "{id}"),
             IdRepr::Str(id) => write!(f, "{id:?}"),
         }
     }
@@ -483,6 +486,7 @@ fn decode_id(raw: Value) -> Result<RequestId, DecodeError> {
         Value::Number(n) => n
             .as_i64()
             .map(RequestId::from)
+            .or_else(|| n.as_u64().map(|big| RequestId(IdRepr::Big(big))))
             .ok_or_else(|| DecodeError::BadId(format!("the number {n}"))),
         Value::String(s) => Ok(RequestId::from(s)),
         other => Err(DecodeError::BadId(json_kind(&other).to_owned())),

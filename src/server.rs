@@ -12,7 +12,10 @@ mod dispatch;
 mod fs_calls;
 mod outbox;
 
-pub use crate::listen::{listen, ListenOptions, PING_INTERVAL};
+pub use crate::listen::{
+    listen, ListenOptions, DEFAULT_MAX_CONNECTIONS, HANDSHAKE_TIMEOUT, MESSAGE_BUDGET,
+    PING_INTERVAL,
+};
 
 use std::future::Future;
 use std::io;
@@ -28,13 +31,15 @@ use self::outbox::Outbox;
 use std::sync::Arc;
 
 use crate::fs::Roots;
-use crate::process::{Limits, ProcessTable, RETAINED_BYTES};
+use crate::process::{Limits, ProcessTable, CONNECTION_RETAINED, RETAINED_BYTES};
 use crate::transport::{self, Incoming};
 
 /// Default `--max-message-bytes`: 64 MiB.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 /// Default `--max-processes`.
 pub const DEFAULT_MAX_PROCESSES: usize = 1024;
+/// Default `--max-retained-bytes`: retained output of the whole server.
+pub const DEFAULT_MAX_RETAINED_BYTES: usize = 256 * 1024 * 1024;
 /// How long an exited process's id stays reserved by default.
 pub const DEFAULT_ID_RESERVATION: Duration = Duration::from_secs(30);
 /// Process events queued for the loop. Output is also bounded in bytes, 256
@@ -64,6 +69,10 @@ pub struct Config {
     pub max_message_bytes: usize,
     /// Live processes allowed at once.
     pub max_processes: usize,
+    /// Retained output of all processes of all connections, in bytes charged
+    /// with a per-chunk overhead; beyond it, exited processes' output goes
+    /// first, then older chunks (see PROTOCOL.md, Limits).
+    pub max_retained_bytes: usize,
     /// fs paths and process cwds must lie inside one of these (none: no confinement).
     pub roots: Vec<PathBuf>,
     /// What to do when the input ends.
@@ -86,6 +95,7 @@ impl Default for Config {
         Config {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             max_processes: DEFAULT_MAX_PROCESSES,
+            max_retained_bytes: DEFAULT_MAX_RETAINED_BYTES,
             roots: Vec::new(),
             on_eof: OnEof::Kill,
             id_reservation: DEFAULT_ID_RESERVATION,
@@ -155,6 +165,8 @@ where
     let limits = Limits {
         max_processes: config.max_processes,
         retained_bytes: RETAINED_BYTES,
+        connection_retained: CONNECTION_RETAINED,
+        server_retained: config.max_retained_bytes,
         reservation: config.id_reservation,
         sandbox: crate::sandbox::Settings {
             always: config.sandbox,
@@ -171,9 +183,11 @@ where
     loop {
         let timer = state.table.next_deadline();
         let room = outbox.has_room();
+        // A full fs queue holds the input back too (pipelined calls wait).
+        let take_input = room && state.fs.has_room();
         let spin = state.fs.spinning();
         tokio::select! {
-            message = incoming.recv(), if input_open && room => match message {
+            message = incoming.recv(), if input_open && take_input => match message {
                 Some(message) => state.on_incoming(message, &mut out),
                 None => {
                     tracing::debug!("input ended");
@@ -188,7 +202,7 @@ where
             // client to read): the processes are killed now, as EOF asks; the
             // lines before the end are still answered once the client reads,
             // and the connection ends at the EOF itself as usual.
-            ended = &mut input_ended, if input_open && !room && !ending_seen => {
+            ended = &mut input_ended, if input_open && !take_input && !ending_seen => {
                 ending_seen = true;
                 if ended.is_ok() && config.on_eof == OnEof::Kill {
                     tracing::debug!("input ended while replies wait; killing the processes");

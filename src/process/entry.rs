@@ -12,7 +12,7 @@ use portable_pty::{MasterPty, PtySize};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::output::OutputLog;
+use super::output::{Account, OutputLog};
 use super::pumps::{self, EventSender, StdinQueue};
 use super::registry;
 use super::signal::{signal_group, ExitInfo, Signal};
@@ -102,6 +102,7 @@ impl Entry {
         spawned: Spawned,
         events: &EventSender,
         retained_bytes: usize,
+        account: std::sync::Arc<Account>,
     ) -> std::io::Result<Entry> {
         let pid = spawned.pid;
         let mut tasks = JoinSet::new();
@@ -120,7 +121,7 @@ impl Entry {
             tty: params.tty,
             pid,
             sandbox_type: spawned.sandbox_type,
-            output: OutputLog::new(retained_bytes),
+            output: OutputLog::new(retained_bytes, account),
             life: Life::Running,
             open_streams: handles.open_streams,
             stdin: handles.stdin,

@@ -1,11 +1,40 @@
 //! Retained output of one process: numbered chunks, the newest `limit` bytes kept.
+//!
+//! Retention is charged for what it costs in memory: a chunk's bytes plus
+//! [`CHUNK_OVERHEAD`], so a process printing one byte at a time holds about
+//! as much memory as one printing large chunks. Every log charges its
+//! connection's [`Account`] and the server-wide total ([`server_retained`]),
+//! which the process table keeps within their budgets.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use crate::protocol::{Base64, Chunk, Stream};
 
 /// Default retention per process: 1 MiB.
 pub(crate) const RETAINED_BYTES: usize = 1024 * 1024;
+/// What a retained chunk costs besides its bytes: its record in the queue, the
+/// heap block of its bytes and the allocator's header (measured: about 104 B).
+pub(crate) const CHUNK_OVERHEAD: usize = 128;
+
+/// Retained output of every process of every connection, as charged.
+static SERVER_RETAINED: AtomicUsize = AtomicUsize::new(0);
+
+/// The retained output of the whole server, in charged bytes.
+pub(crate) fn server_retained() -> usize {
+    SERVER_RETAINED.load(Ordering::Relaxed)
+}
+
+/// The retained output of one connection's processes, in charged bytes.
+#[derive(Debug, Default)]
+pub(crate) struct Account(AtomicUsize);
+
+impl Account {
+    pub(crate) fn bytes(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
 
 #[derive(Debug)]
 struct Stored {
@@ -18,9 +47,11 @@ struct Stored {
 #[derive(Debug)]
 pub(crate) struct OutputLog {
     chunks: VecDeque<Stored>,
+    /// Charged bytes: payload plus [`CHUNK_OVERHEAD`] per chunk.
     bytes: usize,
     limit: usize,
     last_seq: u64,
+    account: Arc<Account>,
 }
 
 /// One page of a read.
@@ -31,8 +62,45 @@ pub(crate) struct Page {
 }
 
 impl OutputLog {
-    pub(crate) fn new(limit: usize) -> OutputLog {
-        OutputLog { chunks: VecDeque::new(), bytes: 0, limit, last_seq: 0 }
+    pub(crate) fn new(limit: usize, account: Arc<Account>) -> OutputLog {
+        OutputLog { chunks: VecDeque::new(), bytes: 0, limit, last_seq: 0, account }
+    }
+
+    /// Charged bytes retained.
+    #[cfg(test)]
+    pub(crate) fn charged(&self) -> usize {
+        self.bytes
+    }
+
+    /// Drops the oldest chunk unless it is the only one; whether one went.
+    pub(crate) fn drop_oldest(&mut self) -> bool {
+        if self.chunks.len() < 2 {
+            return false;
+        }
+        if let Some(old) = self.chunks.pop_front() {
+            self.uncharge(old.bytes.len() + CHUNK_OVERHEAD);
+        }
+        true
+    }
+
+    /// Drops every retained chunk (the numbering goes on); whether any went.
+    pub(crate) fn clear(&mut self) -> bool {
+        let had = !self.chunks.is_empty();
+        self.chunks.clear();
+        self.uncharge(self.bytes);
+        had
+    }
+
+    fn charge(&mut self, bytes: usize) {
+        self.bytes += bytes;
+        self.account.0.fetch_add(bytes, Ordering::Relaxed);
+        SERVER_RETAINED.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn uncharge(&mut self, bytes: usize) {
+        self.bytes -= bytes;
+        self.account.0.fetch_sub(bytes, Ordering::Relaxed);
+        SERVER_RETAINED.fetch_sub(bytes, Ordering::Relaxed);
     }
 
     /// Seq of the newest chunk, 0 when none.
@@ -43,13 +111,9 @@ impl OutputLog {
     /// Appends a chunk, drops the oldest ones beyond the limit, and returns its seq.
     pub(crate) fn push(&mut self, stream: Stream, bytes: Vec<u8>) -> u64 {
         self.last_seq += 1;
-        self.bytes += bytes.len();
+        self.charge(bytes.len() + CHUNK_OVERHEAD);
         self.chunks.push_back(Stored { seq: self.last_seq, stream, bytes });
-        while self.bytes > self.limit && self.chunks.len() > 1 {
-            if let Some(old) = self.chunks.pop_front() {
-                self.bytes -= old.bytes.len();
-            }
-        }
+        while self.bytes > self.limit && self.drop_oldest() {}
         self.last_seq
     }
 
@@ -87,12 +151,18 @@ impl OutputLog {
     }
 }
 
+impl Drop for OutputLog {
+    fn drop(&mut self) {
+        self.uncharge(self.bytes);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn log_of(sizes: &[usize], limit: usize) -> OutputLog {
-        let mut log = OutputLog::new(limit);
+        let mut log = OutputLog::new(limit + sizes.len() * CHUNK_OVERHEAD, Arc::default());
         for (i, &size) in sizes.iter().enumerate() {
             let stream = if i % 2 == 0 { Stream::Stdout } else { Stream::Stderr };
             log.push(stream, vec![b'a' + i as u8; size]);
@@ -118,7 +188,8 @@ mod tests {
     fn empty_read_reports_the_next_seq() {
         let log = log_of(&[1, 2], 100);
         assert_eq!(log.read(2, None), Page { chunks: vec![], next_seq: 3 });
-        assert_eq!(OutputLog::new(10).read(0, None), Page { chunks: vec![], next_seq: 1 });
+        let empty = OutputLog::new(10, Arc::default());
+        assert_eq!(empty.read(0, None), Page { chunks: vec![], next_seq: 1 });
     }
 
     #[test]
@@ -147,5 +218,27 @@ mod tests {
         assert_eq!(log.last_seq(), 3);
         assert!(log.has_after(2));
         assert!(!log.has_after(3));
+    }
+
+    #[test]
+    fn each_chunk_is_charged_its_overhead_to_the_account() {
+        let account = Arc::new(Account::default());
+        let mut log = OutputLog::new(RETAINED_BYTES, account.clone());
+        for _ in 0..1000 {
+            log.push(Stream::Stdout, vec![b'x']);
+        }
+        assert_eq!((log.charged(), account.bytes()), (1000 * 129, 1000 * 129));
+        // One-byte chunks fill the budget at 129 bytes each, not at one.
+        for _ in 0..10_000 {
+            log.push(Stream::Stdout, vec![b'x']);
+        }
+        assert_eq!(log.read(0, None).chunks.len(), RETAINED_BYTES / 129);
+        assert!(log.drop_oldest());
+        assert!(log.clear());
+        assert_eq!((log.charged(), account.bytes()), (0, 0));
+        assert_eq!(log.read(0, None).next_seq, 11_001);
+        log.push(Stream::Stdout, vec![b'y'; 10]);
+        drop(log);
+        assert_eq!(account.bytes(), 0);
     }
 }

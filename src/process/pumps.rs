@@ -92,6 +92,8 @@ pub(crate) struct StdinOp {
 pub(crate) enum StdinError {
     /// The writer task is gone (the process closed its stdin).
     Closed,
+    /// The chunk alone is over [`STDIN_LIMIT`]; holds its size.
+    TooLarge(usize),
     /// Queuing it would pass [`STDIN_LIMIT`]; holds the bytes already queued.
     Full(usize),
 }
@@ -119,6 +121,9 @@ impl StdinQueue {
             return Err(StdinError::Closed);
         }
         let weight = op.bytes.len() + STDIN_OVERHEAD;
+        if weight > STDIN_LIMIT {
+            return Err(StdinError::TooLarge(op.bytes.len()));
+        }
         let queued = self.queued.load(Ordering::Acquire);
         if queued + weight > STDIN_LIMIT {
             return Err(StdinError::Full(queued));

@@ -189,11 +189,35 @@ pub(crate) fn reap(pid: u32) -> bool {
     rc != 0
 }
 
+#[cfg(test)]
+#[test]
+fn pty_errors_read_as_os_errors() {
+    let error = pty_error(
+        "failed to openpty: Os { code: 24, kind: Uncategorized, message: \"Too many open files\" }",
+    );
+    assert_eq!(error.to_string(), "Too many open files (os error 24)");
+    assert_eq!(pty_error("odd").to_string(), "cannot open a pseudo-terminal");
+}
+
 fn open_pty(size: TtySize) -> io::Result<Box<dyn MasterPty + Send>> {
     let pair = portable_pty::native_pty_system()
         .openpty(PtySize { rows: size.rows, cols: size.cols, pixel_width: 0, pixel_height: 0 })
-        .map_err(io::Error::other)?;
+        .map_err(|error| pty_error(&error.to_string()))?;
     Ok(pair.master)
+}
+
+/// portable-pty reports openpty's failure as text holding the OS error's
+/// Debug form (`failed to openpty: Os { code: 24, .. }`): the OS error again,
+/// with its own message ("Too many open files (os error 24)").
+fn pty_error(text: &str) -> io::Error {
+    let code = text
+        .split_once("code: ")
+        .and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|digits| digits.parse().ok());
+    match code {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => io::Error::other("cannot open a pseudo-terminal"),
+    }
 }
 
 fn peek_exit(pid: u32) -> io::Result<Option<ExitInfo>> {

@@ -17,6 +17,8 @@ fn table() -> (ProcessTable, mpsc::Receiver<ProcEvent>) {
     let limits = Limits {
         max_processes: 4,
         retained_bytes: RETAINED_BYTES,
+        connection_retained: super::CONNECTION_RETAINED,
+        server_retained: usize::MAX,
         reservation: Duration::from_secs(30),
         sandbox: crate::sandbox::Settings::default(),
     };

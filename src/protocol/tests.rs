@@ -286,3 +286,11 @@ fn write_file_from_bytes_matches_the_generic_encoder() {
         }
     }
 }
+
+#[test]
+fn ids_up_to_u64_max_round_trip() {
+    let line = br#"{"id":18446744073709551615,"method":"process/list"}"#;
+    let Message::Request(request) = Message::decode(line).unwrap() else { panic!("a request") };
+    let reply = Message::Response(Response { id: request.id, result: Ok(json!({})) });
+    assert_eq!(reply.encode(), r#"{"id":18446744073709551615,"result":{}}"#);
+}

@@ -24,9 +24,11 @@ use crate::protocol::*;
 
 /// fs calls running at once.
 const FS_IN_FLIGHT: usize = 4;
-/// fs calls waiting for a slot; beyond, a call is refused at once.
+/// fs calls waiting for a slot; at this many the loop takes no more input from
+/// the connection until one starts (backpressure, as for a full outbox).
 const FS_QUEUED: usize = 64;
-/// Bytes of waiting fs requests; beyond, a call is refused at once.
+/// Bytes of waiting fs requests; at this many the loop takes no more input
+/// (the last call taken may pass it by one message).
 const FS_QUEUED_BYTES: usize = 64 * 1024 * 1024;
 /// The longest `fs/getMetadata` line tried from the kernel's caches on the
 /// loop: a path (PATH_MAX is 4096 bytes, more as base64) and its options. A
@@ -90,9 +92,17 @@ impl FsCalls {
         !self.running.is_empty() && self.spin_until.is_some_and(|until| Instant::now() < until)
     }
 
-    /// Starts the call, or queues it when [`FS_IN_FLIGHT`] already run. A full
-    /// queue refuses it at once (the encoded error is returned): the input is
-    /// never paused for fs calls, so stuck ones can hold up nothing, EOF included.
+    /// Whether another call may be taken: the loop stops reading the
+    /// connection's input while the queue is full (it still notices EOF, see
+    /// `serve`), so pipelined calls wait instead of being refused.
+    pub(super) fn has_room(&self) -> bool {
+        self.queue.len() < FS_QUEUED && self.queued_bytes < FS_QUEUED_BYTES
+    }
+
+    /// Starts the call, or queues it when [`FS_IN_FLIGHT`] already run. The
+    /// loop takes input only while [`FsCalls::has_room`], so the refusal of a
+    /// full queue (the encoded error is returned) is a last resort that a
+    /// client following the protocol never sees.
     /// A cached `fs/getMetadata` is answered at once (the reply is returned).
     pub(super) fn submit(
         &mut self,
@@ -110,7 +120,7 @@ impl FsCalls {
                 return Some(line);
             }
         }
-        if self.queue.len() >= FS_QUEUED || self.queued_bytes + bytes > FS_QUEUED_BYTES {
+        if self.queue.len() >= FS_QUEUED {
             let error = ErrorObject::invalid_request(format!(
                 "too many fs calls waiting: {} wait behind {} running (the limit is {FS_QUEUED} calls or {FS_QUEUED_BYTES} bytes); wait for replies before sending more",
                 self.queue.len(),
@@ -302,15 +312,17 @@ mod queue_tests {
     use serde_json::json;
 
     #[tokio::test]
-    async fn a_full_queue_refuses_at_once_instead_of_holding_the_input() {
+    async fn a_full_queue_says_so_and_refuses_only_past_it() {
         let mut calls = FsCalls::new(Arc::new(Roots::default()));
         // Nothing is joined here, so the running slots stay taken.
         for n in 0..(FS_IN_FLIGHT + FS_QUEUED) {
+            assert!(calls.has_room(), "room before call {n}");
             let params = json!({"path": format!("/tmp/queue-test-{n}")});
             let refused =
                 calls.submit(RequestId::from(n as i64), GetMetadata::NAME.into(), params, 10);
             assert_eq!(refused, None, "call {n} was refused");
         }
+        assert!(!calls.has_room());
         let params = json!({"path": "/tmp/one-too-many"});
         let refused = calls.submit(RequestId::from(-7), GetMetadata::NAME.into(), params, 10);
         assert_eq!(

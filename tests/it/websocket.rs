@@ -245,8 +245,8 @@ async fn a_peer_that_goes_silent_is_dropped_and_its_processes_killed() {
     let url = format!("ws://{}", listener.local_addr().unwrap());
     let options = ListenOptions {
         config: Config::default(),
-        token: None,
         ping_interval: std::time::Duration::from_millis(200),
+        ..ListenOptions::default()
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let listening = tokio::spawn(server::listen(listener, options, async {
