@@ -18,8 +18,8 @@ mod handshake;
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncWriteExt, BufWriter};
@@ -88,7 +88,6 @@ where
     // Each connection's thread holds a sender; all gone means all ended.
     let (done, mut all_done) = mpsc::channel::<()>(1);
     let active = Arc::new(AtomicUsize::new(0));
-    let mut failures = AcceptFailures::default();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -110,7 +109,7 @@ where
                     start_connection(stream, peer, context);
                 }
                 Err(error) if out_of_resources(&error) => {
-                    failures.log(&error);
+                    ACCEPT_FAILURES.log(&error);
                     // Stop accepting for a moment: the queue waits in the kernel.
                     tokio::select! {
                         () = tokio::time::sleep(ACCEPT_BACKOFF) => {}
@@ -136,23 +135,35 @@ fn out_of_resources(error: &io::Error) -> bool {
     matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
 }
 
-/// Accept failures, logged once per [`ACCEPT_LOG_INTERVAL`] with their count.
-#[derive(Default)]
-struct AcceptFailures {
-    count: u64,
-    logged: Option<Instant>,
+/// A failure that repeats under load (out of descriptors), logged once per
+/// [`ACCEPT_LOG_INTERVAL`] with how often it happened since.
+struct Throttled {
+    what: &'static str,
+    count: AtomicU64,
+    logged: Mutex<Option<Instant>>,
 }
 
-impl AcceptFailures {
-    fn log(&mut self, error: &io::Error) {
-        self.count += 1;
-        if self.logged.is_none_or(|at| at.elapsed() >= ACCEPT_LOG_INTERVAL) {
-            tracing::warn!(%error, failures = self.count, "cannot accept connections; pausing accepts");
-            self.logged = Some(Instant::now());
-            self.count = 0;
+impl Throttled {
+    const fn new(what: &'static str) -> Throttled {
+        Throttled { what, count: AtomicU64::new(0), logged: Mutex::new(None) }
+    }
+
+    fn log(&self, error: &io::Error) {
+        let count = self.count.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut logged = self.logged.lock().unwrap_or_else(|p| p.into_inner());
+        if logged.is_none_or(|at| at.elapsed() >= ACCEPT_LOG_INTERVAL) {
+            tracing::warn!(%error, failures = count, "{}", self.what);
+            *logged = Some(Instant::now());
+            self.count.store(0, Ordering::Relaxed);
         }
     }
 }
+
+/// Accepts that failed for want of descriptors or memory.
+static ACCEPT_FAILURES: Throttled = Throttled::new("cannot accept connections; pausing accepts");
+/// Connections refused because their thread or runtime could not start.
+static START_FAILURES: Throttled =
+    Throttled::new("cannot start a connection's thread or runtime; answered 503");
 
 /// Counts a connection as active until dropped.
 struct ActiveGuard(Arc<AtomicUsize>);
@@ -202,14 +213,16 @@ fn start_connection(stream: TcpStream, peer: SocketAddr, context: Context) {
                 }
             }),
             Err(error) => {
-                tracing::warn!(%peer, %error, "cannot start a connection's runtime; answered 503");
+                tracing::debug!(%peer, %error, "cannot start a connection's runtime");
+                START_FAILURES.log(&error);
                 let _ = std::io::Write::write(&mut &std_stream, handshake::BUSY);
             }
         }
     });
     // Detached: it ends with its connection (the listener waits through `_done`).
     if let Err(error) = thread {
-        tracing::warn!(%peer, %error, "cannot start a connection's thread; closed it");
+        tracing::debug!(%peer, %error, "cannot start a connection's thread; closed it");
+        START_FAILURES.log(&error);
     }
 }
 

@@ -57,6 +57,11 @@ impl Binary {
         stdin.flush().await.unwrap();
     }
 
+    /// The server's stdin, for a test that writes to it from another task.
+    pub fn take_stdin(&mut self) -> ChildStdin {
+        self.stdin.take().expect("stdin is open")
+    }
+
     pub fn close_stdin(&mut self) {
         self.stdin = None;
     }

@@ -3,6 +3,7 @@
 #![allow(unreachable_pub, clippy::unwrap_used)]
 
 mod binary;
+mod bounds;
 mod client;
 mod control;
 mod fixtures;
