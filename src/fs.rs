@@ -30,7 +30,7 @@ pub(crate) use self::copy::copy;
 use self::error::{io_error, FsOp};
 use self::open::Located;
 pub(crate) use self::read::read_file;
-pub(crate) use self::roots::Roots;
+pub(crate) use self::roots::{clean as clean_path, Roots};
 pub(crate) use self::write::{remove_abandoned_temps, write_file};
 use crate::protocol::{
     CreateDirectoryParams, DirectoryEntry, Empty, ErrorObject, Metadata, PathParams,

@@ -4,6 +4,7 @@ mod b64;
 mod build;
 mod fs_types;
 mod methods;
+mod strict;
 
 use std::fmt;
 
@@ -187,8 +188,7 @@ impl Message {
     /// Decodes one line (without its newline) into a message.
     pub fn decode(line: &[u8]) -> Result<Message, DecodeError> {
         let text = std::str::from_utf8(line).map_err(|e| DecodeError::Utf8(e.valid_up_to()))?;
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| DecodeError::Json(e.to_string()))?;
+        let value = strict::from_str(text).map_err(|e| DecodeError::Json(e.to_string()))?;
         let Value::Object(mut object) = value else {
             return Err(DecodeError::NotObject(json_kind(&value)));
         };

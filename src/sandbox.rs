@@ -4,7 +4,8 @@
 //! re-executed as a trampoline ([`trampoline`]), before the program runs.
 //!
 //! Layout: `policy` (what a start asks for and the server allows),
-//! `trampoline` (namespaces, then the init), `view` (the read-only mounts),
+//! `trampoline` (namespaces, then the init), `roots` (the policy's
+//! directories, opened once), `view` (the read-only mounts),
 //! `init` (PID 1 of the sandbox), `confine` (the program's last steps:
 //! Landlock, capabilities, seccomp, descriptors), `landlock`, `seccomp`,
 //! `report` (how the trampoline tells the server it started, or why not),
@@ -15,6 +16,7 @@ mod init;
 mod landlock;
 mod policy;
 mod report;
+mod roots;
 mod seccomp;
 mod sys;
 mod trampoline;

@@ -4,13 +4,14 @@
 
 use std::ffi::CString;
 
+use super::roots::Roots;
 use super::sys::{self, check};
 use super::trampoline::Spec;
 use super::{landlock, report, seccomp};
 
 /// Confines this process and executes the program; never returns.
-pub(crate) fn exec(spec: &Spec, abi: u32, argv: &[CString]) -> ! {
-    if let Err(message) = confine(spec, abi) {
+pub(crate) fn exec(spec: &Spec, roots: &Roots, abi: u32, argv: &[CString]) -> ! {
+    if let Err(message) = confine(spec, roots, abi) {
         report::setup_failed(&message);
         // SAFETY: ends this process at once.
         unsafe { libc::_exit(126) };
@@ -37,14 +38,14 @@ pub(crate) fn exec(spec: &Spec, abi: u32, argv: &[CString]) -> ! {
     unsafe { libc::_exit(127) }
 }
 
-fn confine(spec: &Spec, abi: u32) -> Result<(), String> {
+fn confine(spec: &Spec, roots: &Roots, abi: u32) -> Result<(), String> {
     default_signals()?;
     // SAFETY: plain prctl with integer arguments.
     check(
         unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }.into(),
         "cannot set NoNewPrivs",
     )?;
-    landlock::restrict(&spec.policy, spec.tty.as_deref(), abi)?;
+    landlock::restrict(roots, spec.policy.network, spec.tty.as_deref(), abi)?;
     drop_capabilities()?;
     seccomp::install(spec.policy.network)?;
     // SAFETY: marks descriptors 3 and up close-on-exec; the report pipe goes with the exec.

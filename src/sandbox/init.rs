@@ -8,11 +8,12 @@ use std::os::fd::{AsRawFd, OwnedFd};
 
 use super::confine;
 use super::report::{LIFE_FD, REPORT_FD};
+use super::roots::Roots;
 use super::sys::{self, check};
 use super::trampoline::{fail, Spec};
 
 /// Runs the init; never returns.
-pub(crate) fn run(spec: &Spec, abi: u32, argv: &[CString], status: OwnedFd) -> ! {
+pub(crate) fn run(spec: &Spec, roots: &Roots, abi: u32, argv: &[CString], status: OwnedFd) -> ! {
     let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
     // SAFETY: constant strings; a new proc mount of this PID namespace over /proc.
     let rc = unsafe {
@@ -28,7 +29,7 @@ pub(crate) fn run(spec: &Spec, abi: u32, argv: &[CString], status: OwnedFd) -> !
     // SAFETY: this process is single-threaded; the child runs only our code.
     let program = match unsafe { libc::fork() } {
         -1 => fail(&sys::failed("cannot start the program")),
-        0 => confine::exec(spec, abi, argv),
+        0 => confine::exec(spec, roots, abi, argv),
         pid => pid,
     };
     // SAFETY: the report is the program's to send.

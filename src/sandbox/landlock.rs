@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use super::policy::Policy;
+use super::roots::Roots;
 
 const CREATE_RULESET_VERSION: u32 = 1;
 const RULE_PATH_BENEATH: libc::c_int = 1;
@@ -59,12 +59,17 @@ pub(crate) fn abi() -> u32 {
     u32::try_from(version).unwrap_or(0)
 }
 
-/// Restricts the calling thread (and what it executes) to `policy`: reads
+/// Restricts the calling thread (and what it executes) to the roots: reads
 /// beneath the readable roots (everywhere when none are given), everything
 /// beneath the writable roots, the usual devices and `tty`; with ABI 4 and no
 /// network no TCP; with ABI 6 no signals to and no abstract sockets of
 /// processes outside. Needs NoNewPrivs (or CAP_SYS_ADMIN).
-pub(crate) fn restrict(policy: &Policy, tty: Option<&Path>, abi: u32) -> Result<(), String> {
+pub(crate) fn restrict(
+    roots: &Roots,
+    network: bool,
+    tty: Option<&Path>,
+    abi: u32,
+) -> Result<(), String> {
     let mut fs = ABI1_ALL;
     if abi >= 2 {
         fs |= REFER;
@@ -75,7 +80,7 @@ pub(crate) fn restrict(policy: &Policy, tty: Option<&Path>, abi: u32) -> Result<
     if abi >= 5 {
         fs |= IOCTL_DEV;
     }
-    let net = if abi >= 4 && !policy.network { NET_BIND_TCP | NET_CONNECT_TCP } else { 0 };
+    let net = if abi >= 4 && !network { NET_BIND_TCP | NET_CONNECT_TCP } else { 0 };
     let scoped = if abi >= 6 { SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL } else { 0 };
     let attr = RulesetAttr { handled_access_fs: fs, handled_access_net: net, scoped };
     // The attribute size tells the kernel which fields this ABI reads.
@@ -94,21 +99,26 @@ pub(crate) fn restrict(policy: &Policy, tty: Option<&Path>, abi: u32) -> Result<
     // SAFETY: the kernel just returned this new descriptor.
     let ruleset = unsafe { OwnedFd::from_raw_fd(fd as i32) };
     let read = EXECUTE | READ_FILE | READ_DIR;
-    match &policy.readable {
-        None => allow(&ruleset, Path::new("/"), read & fs)?,
-        Some(roots) => {
-            for root in roots {
-                allow(&ruleset, root, read & fs)?;
+    match &roots.readable {
+        None => {
+            let everything = open_nofollow(Path::new("/"))?;
+            allow(&ruleset, Path::new("/"), &everything, read & fs)?;
+        }
+        Some(readable) => {
+            for root in readable {
+                allow(&ruleset, &root.path, &root.dir, read & fs)?;
             }
         }
     }
-    for root in &policy.writable {
-        allow(&ruleset, root, fs)?;
+    for root in &roots.writable {
+        allow(&ruleset, &root.path, &root.dir, fs)?;
     }
     let device = (READ_FILE | WRITE_FILE | TRUNCATE | IOCTL_DEV) & fs;
     for path in DEVICES.iter().map(Path::new).chain(tty) {
-        if path.exists() {
-            allow(&ruleset, path, device)?;
+        match open_nofollow(path) {
+            Ok(fd) if is_char_device(&fd)? => allow(&ruleset, path, &fd, device)?,
+            // Missing here (no /dev/tty in some containers), or not a device: no rule.
+            _ => {}
         }
     }
     // SAFETY: a valid ruleset descriptor; no flags.
@@ -118,25 +128,11 @@ pub(crate) fn restrict(policy: &Policy, tty: Option<&Path>, abi: u32) -> Result<
     Ok(())
 }
 
-/// Grants `access` beneath `path` (only the file rights when it is not a directory).
-fn allow(ruleset: &OwnedFd, path: &Path, access: u64) -> Result<(), String> {
+/// Grants `access` beneath the directory or file `fd` (only the file rights
+/// when it is not a directory); `path` names it in errors.
+fn allow(ruleset: &OwnedFd, path: &Path, fd: &OwnedFd, access: u64) -> Result<(), String> {
     let named = |e: io::Error| format!("cannot add Landlock rule for {}: {e}", path.display());
-    let c_path = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| named(io::Error::from(io::ErrorKind::InvalidInput)))?;
-    // SAFETY: a NUL-terminated path; the descriptor is owned below.
-    let fd = unsafe { libc::open(c_path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(named(io::Error::last_os_error()));
-    }
-    // SAFETY: a new descriptor owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: `stat` is plain data that fstat fills in.
-    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid descriptor and stat buffer.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 {
-        return Err(named(io::Error::last_os_error()));
-    }
-    let is_dir = stat.st_mode & libc::S_IFMT == libc::S_IFDIR;
+    let is_dir = file_type(fd).map_err(named)? == libc::S_IFDIR;
     let access = if is_dir {
         access
     } else {
@@ -157,4 +153,50 @@ fn allow(ruleset: &OwnedFd, path: &Path, access: u64) -> Result<(), String> {
         return Err(named(io::Error::last_os_error()));
     }
     Ok(())
+}
+
+/// `O_PATH` of `path`, following no symlink on the way or at the end.
+fn open_nofollow(path: &Path) -> Result<OwnedFd, String> {
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    let c_path = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| format!("path {} holds a NUL byte", path.display()))?;
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: a NUL-terminated path and a valid open_how of its size.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            c_path.as_ptr(),
+            &how,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 {
+        return Err(format!("cannot open {}: {}", path.display(), io::Error::last_os_error()));
+    }
+    // SAFETY: a new descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn file_type(fd: &OwnedFd) -> io::Result<libc::mode_t> {
+    // SAFETY: `stat` is plain data that fstat fills in.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor and stat buffer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(stat.st_mode & libc::S_IFMT)
+}
+
+fn is_char_device(fd: &OwnedFd) -> Result<bool, String> {
+    file_type(fd).map(|t| t == libc::S_IFCHR).map_err(|e| format!("cannot stat a device: {e}"))
 }

@@ -152,6 +152,14 @@ fn canonical(path: &Path, what: &str) -> Result<PathBuf, ErrorObject> {
         std::io::ErrorKind::NotFound => named("does not exist".to_owned()),
         _ => named(format!("cannot be used: {e}")),
     })?;
+    // A root reached through a symlink is refused: whoever can write where the
+    // link is (another sandboxed process) could point it anywhere, even at `/`.
+    if canonical != crate::fs::clean_path(path) {
+        return Err(named(format!(
+            "is reached through a symlink (it resolves to {}); name the directory itself",
+            canonical.display()
+        )));
+    }
     if !canonical.is_dir() {
         return Err(named("is not a directory".to_owned()));
     }

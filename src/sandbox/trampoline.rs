@@ -1,7 +1,8 @@
 //! The trampoline: the `exec-server` binary re-executed in a hidden mode (its
 //! first argument is [`MARKER`]) as the leader of a sandboxed process. In one
-//! straight line it checks the mechanisms, enters new user, mount and PID
-//! namespaces, builds the read-only view, and forks
+//! straight line it checks the mechanisms, enters new user, mount, PID and IPC
+//! namespaces, opens the roots once (no symlink followed: what the mounts and
+//! Landlock confine is the same directory), builds the read-only view, and forks
 //! the namespace's init, which forks the program. It then stays as the
 //! leader the server watches, ignoring signals (they reach the program through
 //! the process group), and exits the way the program did.
@@ -25,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::policy::Policy;
 use super::report::{self, LIFE_FD, REPORT_FD};
+use super::roots::Roots;
 use super::sys::{self, check};
 use super::{init, landlock, seccomp, view};
 
@@ -65,7 +67,11 @@ pub(crate) fn main(args: Vec<OsString>) -> ! {
     if let Err(message) = enter_namespaces() {
         fail(&message);
     }
-    if let Err(message) = view::build(&spec.policy.writable, &spec.cwd) {
+    let roots = match Roots::open(&spec.policy) {
+        Ok(roots) => roots,
+        Err(message) => fail(&message),
+    };
+    if let Err(message) = view::build(&roots, &spec.cwd) {
         fail(&message);
     }
     let (status_read, status_write) = match status_pipe() {
@@ -77,7 +83,7 @@ pub(crate) fn main(args: Vec<OsString>) -> ! {
         -1 => fail(&sys::failed("cannot start the sandbox's init")),
         0 => {
             drop(status_read);
-            init::run(&spec, abi, &argv, status_write)
+            init::run(&spec, &roots, abi, &argv, status_write)
         }
         _ => {
             drop(status_write);
@@ -127,17 +133,18 @@ fn mechanisms(spec: &Spec) -> Result<u32, String> {
 }
 
 fn namespaces_missing(error: &str) -> String {
-    format!("cannot create the sandbox's user, mount and PID namespaces: {error}; unprivileged user namespaces may be disabled on this host (kernel.unprivileged_userns_clone, user.max_user_namespaces, or an AppArmor restriction)")
+    format!("cannot create the sandbox's user, mount, PID and IPC namespaces: {error}; unprivileged user namespaces may be disabled on this host (kernel.unprivileged_userns_clone, user.max_user_namespaces, or an AppArmor restriction)")
 }
 
-/// New user, mount and PID namespaces, with this process's uid and gid mapped
-/// to themselves. (No network namespace: the seccomp filter refuses IP
+/// New user, mount, PID and IPC namespaces (System V shared memory, semaphores
+/// and queues of the host are out of reach), with this process's uid and gid
+/// mapped to themselves. (No network namespace: the seccomp filter refuses
 /// sockets, which costs nothing at start, where a network namespace cost
 /// about 0.5 ms to create and more to tear down.)
 fn enter_namespaces() -> Result<(), String> {
     // SAFETY: plain getters.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    let flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+    let flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
     // SAFETY: unshare with constant flags.
     if unsafe { libc::unshare(flags) } != 0 {
         return Err(namespaces_missing(&std::io::Error::last_os_error().to_string()));

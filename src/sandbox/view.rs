@@ -5,8 +5,9 @@
 //! writable root and the rest crosses mounts, so the kernel refuses it.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use super::roots::{is_root, Roots};
 use super::sys::{self, check};
 
 const OPEN_TREE_CLONE: libc::c_uint = 1;
@@ -25,9 +26,9 @@ struct MountAttr {
 
 /// Makes everything read-only but the writable roots, then enters `cwd` again
 /// (it must be the same directory: the mounts moved under the old one).
-pub(crate) fn build(writable: &[PathBuf], cwd: &Path) -> Result<(), String> {
-    let roots = outermost(writable);
-    if roots.iter().any(|root| root.parent().is_none()) {
+pub(crate) fn build(roots: &Roots, cwd: &Path) -> Result<(), String> {
+    let writable = roots.outermost_writable();
+    if writable.iter().any(|root| is_root(&root.path)) {
         // `/` is writable: nothing is outside it (Landlock still applies).
         return Ok(());
     }
@@ -43,10 +44,8 @@ pub(crate) fn build(writable: &[PathBuf], cwd: &Path) -> Result<(), String> {
     };
     check(rc.into(), "cannot make the mounts private to the sandbox")?;
     let mut copies = Vec::new();
-    for root in roots {
-        let dir = sys::open_dir_nofollow(root)?;
-        let copy = open_tree(&dir, root)?;
-        copies.push((root, dir, copy));
+    for root in writable {
+        copies.push((root, open_tree(&root.dir, &root.path)?));
     }
     let before = sys::stat_cwd()?;
     let attr = MountAttr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
@@ -62,19 +61,19 @@ pub(crate) fn build(writable: &[PathBuf], cwd: &Path) -> Result<(), String> {
         )
     };
     check(rc, "cannot make the filesystem read-only")?;
-    for (root, dir, copy) in &copies {
+    for (root, copy) in &copies {
         // SAFETY: two valid descriptors and empty paths, as the flags say.
         let rc = unsafe {
             libc::syscall(
                 libc::SYS_move_mount,
                 copy.as_raw_fd(),
                 c"".as_ptr(),
-                dir.as_raw_fd(),
+                root.dir.as_raw_fd(),
                 c"".as_ptr(),
                 MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
             )
         };
-        check(rc, &format!("cannot mount writable root {}", root.display()))?;
+        check(rc, &format!("cannot mount writable root {}", root.path.display()))?;
     }
     let c_cwd = sys::c_path(cwd)?;
     // SAFETY: a NUL-terminated path.
@@ -105,30 +104,4 @@ fn open_tree(dir: &OwnedFd, root: &Path) -> Result<OwnedFd, String> {
     let fd = check(fd, &format!("cannot copy the mounts of writable root {}", root.display()))?;
     // SAFETY: a new descriptor owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-/// The roots that no other root contains (a copy of the outer one holds the inner).
-fn outermost(roots: &[PathBuf]) -> Vec<&Path> {
-    let mut sorted: Vec<&Path> = roots.iter().map(PathBuf::as_path).collect();
-    sorted.sort();
-    sorted.dedup();
-    let mut kept: Vec<&Path> = Vec::new();
-    for root in sorted {
-        if !kept.iter().any(|outer| root.starts_with(outer)) {
-            kept.push(root);
-        }
-    }
-    kept
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn nested_roots_are_covered_by_the_outer_one() {
-        let roots =
-            [PathBuf::from("/a/b"), PathBuf::from("/a"), PathBuf::from("/ab"), PathBuf::from("/a")];
-        assert_eq!(outermost(&roots), [Path::new("/a"), Path::new("/ab")]);
-    }
 }

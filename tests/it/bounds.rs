@@ -236,8 +236,9 @@ async fn the_server_wide_retention_budget_holds_across_connections() {
         peer.handshake().await;
         peers.push(peer);
     }
+    const PER_CONNECTION: usize = 24;
     for (c, peer) in peers.iter_mut().enumerate() {
-        for n in 0..12 {
+        for n in 0..PER_CONNECTION {
             let params = start_params(
                 &format!("c{c}-{n}"),
                 &["head", "-c", "1048576", "/dev/zero"],
@@ -249,7 +250,7 @@ async fn the_server_wide_retention_budget_holds_across_connections() {
             .await;
         }
         let mut exited = 0;
-        while exited < 24 {
+        while exited < PER_CONNECTION {
             let message = peer.next().await.unwrap();
             if message["method"] == "process/exited" {
                 exited += 1;

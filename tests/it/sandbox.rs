@@ -305,6 +305,27 @@ async fn policy_errors_name_the_root() {
         let reply = free.call("process/start", params).await;
         assert_eq!(reply["error"], json!({"code": code, "message": message}), "{sandbox}");
     }
+    // A root reached through a symlink is refused: another sandboxed process could aim it anywhere.
+    let link = tree.w.join("evil");
+    std::os::unix::fs::symlink("/", &link).unwrap();
+    let params = sandboxed("e", &["true"], tree.w(), json!({}), restricted(link.to_str().unwrap()));
+    assert_eq!(
+        free.call("process/start", params).await["error"],
+        json!({"code": -32600, "message": format!("sandbox writable root {} is reached through a symlink (it resolves to /); name the directory itself", link.display())})
+    );
+    // Two `sandbox` keys in one request: the message is refused, not read as the last.
+    let mut line =
+        sandboxed("dup", &["true"], tree.w(), json!({}), restricted(tree.w())).to_string();
+    line.insert_str(line.len() - 1, r#","sandbox":{"mode":"none"}"#);
+    free.send_line(&format!(r#"{{"id":99,"method":"process/start","params":{line}}}"#)).await;
+    let refused = free.next().await.unwrap();
+    assert_eq!(refused["id"], -1);
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message
+            .starts_with("failed to parse JSON-RPC message: duplicate key `sandbox` in an object"),
+        "{message}"
+    );
     let unknown = sandboxed("e", &["true"], tree.w(), json!({}), json!({"mode": "strict"}));
     let reply = free.call("process/start", unknown).await;
     assert_eq!(reply["error"]["code"], -32602, "{reply}");
@@ -372,6 +393,30 @@ async fn the_sandbox_flag_confines_every_process_to_the_default_policy() {
     assert!(std::fs::read_to_string(tree.out.join("file")).unwrap() == "outside");
 }
 
+/// A root of the server's own (`--root`) that a sandboxed process swapped for a
+/// symlink is refused at the next start, not followed.
+#[tokio::test]
+async fn a_root_swapped_for_a_symlink_is_refused_not_followed() {
+    let tree = Tree::new("swap", User::Current);
+    let sub = tree.w.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let (root, inner) = (format!("--root={}", tree.w()), format!("--root={}", sub.display()));
+    let mut server = User::Current.ready(&["--sandbox", &root, &inner], &[]).await;
+    let swap = format!("rmdir sub && ln -s {} sub", tree.out());
+    let (_, code) =
+        run(&mut server, sandboxed("swap", &["sh", "-c", &swap], tree.w(), json!({}), Value::Null))
+            .await;
+    assert_eq!(code, 0);
+    let write = format!("echo x > {}/sub/file", tree.w());
+    let params = sandboxed("after", &["sh", "-c", &write], tree.w(), json!({}), Value::Null);
+    let reply = server.call("process/start", params).await;
+    assert_eq!(
+        reply["error"],
+        json!({"code": -32600, "message": format!("cannot sandbox `sh`: cannot open {}: Too many levels of symbolic links (os error 40)", sub.display())})
+    );
+    assert_eq!(std::fs::read_to_string(tree.out.join("file")).unwrap(), "outside");
+}
+
 #[tokio::test]
 async fn without_a_root_the_sandbox_flag_makes_the_cwd_writable() {
     let tree = Tree::new("flag-cwd", User::Current);
@@ -402,7 +447,7 @@ async fn a_missing_mechanism_refuses_the_start() {
         let cases = [
             ("landlock", "Landlock is not available on this kernel (Linux 5.13 or later with `landlock` in the lsm= list); it confines reads and device writes"),
             ("seccomp", "seccomp filters are not available on this kernel; they block Unix-domain sockets"),
-            ("userns", "cannot create the sandbox's user, mount and PID namespaces: unavailable (simulated); unprivileged user namespaces may be disabled on this host (kernel.unprivileged_userns_clone, user.max_user_namespaces, or an AppArmor restriction)"),
+            ("userns", "cannot create the sandbox's user, mount, PID and IPC namespaces: unavailable (simulated); unprivileged user namespaces may be disabled on this host (kernel.unprivileged_userns_clone, user.max_user_namespaces, or an AppArmor restriction)"),
         ];
         for (mechanism, why) in cases {
             let env = [("EXEC_SERVER_SANDBOX_UNAVAILABLE", mechanism)];

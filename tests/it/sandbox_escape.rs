@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::io::{ErrorKind, Read};
 use std::net::{TcpListener, UdpSocket};
-use std::os::unix::net::UnixListener;
+use std::os::unix::net::{UnixDatagram, UnixListener};
 
 use serde_json::{json, Value};
 
@@ -95,6 +95,9 @@ struct Targets {
     tcp6: Option<TcpListener>,
     udp: UdpSocket,
     unix: UnixListener,
+    dgram: UnixDatagram,
+    /// A System V shared memory segment of the host: (key, id).
+    shm: (i32, i32),
     victim: std::process::Child,
 }
 
@@ -112,6 +115,16 @@ impl Targets {
         let unix = UnixListener::bind(&sock).unwrap();
         unix.set_nonblocking(true).unwrap();
         user.own(&sock);
+        let dgram_path = tree.base.join("dgram.sock");
+        let dgram = UnixDatagram::bind(&dgram_path).unwrap();
+        dgram.set_nonblocking(true).unwrap();
+        user.own(&dgram_path);
+        let key = 0x5e00_0000
+            | (std::process::id() as i32 & 0xffff)
+            | if user == User::Nobody { 0x10000 } else { 0 };
+        // SAFETY: creates a segment of 4096 bytes; removed in drop.
+        let id = unsafe { libc::shmget(key, 4096, libc::IPC_CREAT | 0o666) };
+        assert!(id >= 0, "shmget: {}", std::io::Error::last_os_error());
         let mut victim = match user {
             User::Current => std::process::Command::new("sleep"),
             User::Nobody => {
@@ -126,7 +139,7 @@ impl Targets {
             }
         };
         let victim = victim.arg("1000").env("SECRET", "1").spawn().unwrap();
-        Targets { tcp, tcp6, udp, unix, victim }
+        Targets { tcp, tcp6, udp, unix, dgram, shm: (key, id), victim }
     }
 
     fn env(&self, tree: &Tree) -> Value {
@@ -138,6 +151,8 @@ impl Targets {
             "PORT6": port6.to_string(),
             "UPORT": self.udp.local_addr().unwrap().port().to_string(),
             "SOCK": tree.base.join("agent.sock").to_str().unwrap(),
+            "DGRAM": tree.base.join("dgram.sock").to_str().unwrap(),
+            "SHMKEY": self.shm.0.to_string(),
             "VICTIM": self.victim.id().to_string(),
             "TAG": tree.base.file_name().unwrap().to_str().unwrap(),
         })
@@ -158,6 +173,9 @@ impl Targets {
         if self.unix.accept().is_ok() {
             reached.push("unix-socket");
         }
+        if self.dgram.recv(&mut [0u8; 16]).is_ok() {
+            reached.push("unix-datagram");
+        }
         reached
     }
 }
@@ -166,6 +184,8 @@ impl Drop for Targets {
     fn drop(&mut self) {
         let _ = self.victim.kill();
         let _ = self.victim.wait();
+        // SAFETY: removes the segment this test created.
+        unsafe { libc::shmctl(self.shm.1, libc::IPC_RMID, std::ptr::null_mut()) };
     }
 }
 
