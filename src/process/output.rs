@@ -86,7 +86,8 @@ impl OutputLog {
     /// Drops every retained chunk (the numbering goes on); whether any went.
     pub(crate) fn clear(&mut self) -> bool {
         let had = !self.chunks.is_empty();
-        self.chunks.clear();
+        // Its slots go too: an exited process may wait 30 s to be forgotten.
+        self.chunks = VecDeque::new();
         self.uncharge(self.bytes);
         had
     }
