@@ -51,6 +51,7 @@ mod sandbox;
 pub mod server;
 mod stdio;
 mod transport;
+mod watch;
 
 pub use crate::client::{
     Client, ClientOptions, Event, EventStream, ExitStatus, OutputChunk, Process,

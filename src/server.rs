@@ -211,6 +211,7 @@ where
             }
             Some(event) = events.recv(), if room => state.table.on_event(event, Instant::now(), &mut out),
             line = state.fs.next_reply() => out.push(line),
+            line = state.watches.next_line(), if room => out.push(line),
             // Polls again (after a non-blocking look at I/O) while a fresh fs call runs.
             () = tokio::task::yield_now(), if spin => {}
             done = state.table.next_done() => {

@@ -18,6 +18,7 @@ pub(crate) enum FsOp {
     Remove,
     Copy,
     Rename,
+    Watch,
 }
 
 impl FsOp {
@@ -31,6 +32,7 @@ impl FsOp {
             FsOp::Remove => "remove",
             FsOp::Copy => "copy",
             FsOp::Rename => "rename",
+            FsOp::Watch => "watch",
         }
     }
 }

@@ -172,3 +172,83 @@ pub struct RenameParams {
     #[serde(flatten, with = "crate::fs::names::destination_path")]
     pub destination_path: PathBuf,
 }
+
+/// `fs/watch` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct WatchParams {
+    /// The directory (or file) to watch (or `pathBase64`).
+    #[serde(flatten, with = "crate::fs::names::path")]
+    pub path: PathBuf,
+    /// Watch every directory beneath it too, those created later included.
+    #[serde(default)]
+    pub recursive: bool,
+    /// A `restricted` sandbox whose `readableRoots` (and `writableRoots`) the
+    /// path must lie beneath, for a client that confines itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<super::Sandbox>,
+}
+
+/// `fs/watch` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct WatchResult {
+    /// Names the watch in `fs/changed` and `fs/unwatch`.
+    pub watch_id: String,
+}
+
+/// `fs/unwatch` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct UnwatchParams {
+    /// The watch to end.
+    pub watch_id: String,
+}
+
+/// `fs/changed` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ChangedParams {
+    /// The watch.
+    pub watch_id: String,
+    /// Changes in the order they happened (per path).
+    pub changes: Vec<Change>,
+}
+
+/// One change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct Change {
+    /// Absolute path (lossy when not UTF-8).
+    pub path: String,
+    /// The path's raw bytes, when it is not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_base64: Option<Base64>,
+    /// What happened.
+    pub kind: ChangeKind,
+}
+
+/// What happened to a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ChangeKind {
+    /// Created (or found in a directory that appeared).
+    Created,
+    /// Contents written.
+    Modified,
+    /// Removed.
+    Removed,
+    /// Renamed away from this path.
+    RenamedFrom,
+    /// Renamed to this path.
+    RenamedTo,
+    /// Mode, owner, times or xattrs changed.
+    Metadata,
+    /// Changes were lost: rescan this directory.
+    Overflow,
+}

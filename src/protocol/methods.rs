@@ -93,6 +93,10 @@ methods! {
     Copy = "fs/copy" (CopyParams) -> Empty;
     /// `fs/rename`: rename a path.
     Rename = "fs/rename" (RenameParams) -> Empty;
+    /// `fs/watch`: report changes under a path (Part B).
+    Watch = "fs/watch" (WatchParams) -> WatchResult;
+    /// `fs/unwatch`: end a watch (Part B).
+    Unwatch = "fs/unwatch" (UnwatchParams) -> Empty;
 }
 
 notifications! {
@@ -111,6 +115,8 @@ notifications! {
     ProcessExited = "process/exited" (ExitedParams);
     /// `process/closed`: every output stream reached end-of-file.
     ProcessClosed = "process/closed" (ClosedParams);
+    /// `fs/changed`: changes under a watched path (Part B).
+    FsChanged = "fs/changed" (ChangedParams);
 }
 
 /// An empty object, `{}`; also accepted as `null` or absent params.

@@ -14,6 +14,7 @@ use crate::fs::Roots;
 use crate::process::{Begun, ProcessTable, ReadOutcome};
 use crate::protocol::*;
 use crate::transport::Incoming;
+use crate::watch::{Command as WatchCommand, Watcher};
 
 /// What became of a process request whose turn came.
 enum Turn {
@@ -49,6 +50,7 @@ pub(super) struct State {
     waiting_bytes: usize,
     pub(super) table: ProcessTable,
     pub(super) fs: FsCalls,
+    pub(super) watches: Watcher,
 }
 
 impl State {
@@ -56,6 +58,7 @@ impl State {
         State {
             phase: Phase::New,
             fs: FsCalls::new(roots.clone()),
+            watches: Watcher::new(roots.clone()),
             roots,
             waiting: VecDeque::new(),
             waiting_bytes: 0,
@@ -168,6 +171,20 @@ impl State {
         }
         if let Err(error) = self.check_ready(&method) {
             return Some(error_reply(&id, error));
+        }
+        if method == Watch::NAME {
+            return match decode::<Watch>(params) {
+                Ok(params) => self.watches.submit(&id.clone(), WatchCommand::Watch { id, params }),
+                Err(error) => Some(error_reply(&id, error)),
+            };
+        }
+        if method == Unwatch::NAME {
+            return match decode::<Unwatch>(params) {
+                Ok(params) => {
+                    self.watches.submit(&id.clone(), WatchCommand::Unwatch { id, params })
+                }
+                Err(error) => Some(error_reply(&id, error)),
+            };
         }
         if method.starts_with("fs/") {
             return self.fs.submit(id, method, params, bytes);

@@ -1,0 +1,419 @@
+//! The watcher thread of one connection: it owns the inotify instance and the
+//! watched directories, answers `fs/watch` and `fs/unwatch` (which make
+//! system calls on paths a client named, so they never run on the loop),
+//! turns events into changes, and sends them in `fs/changed` batches every
+//! [`COALESCE_WINDOW`]. Sends never wait for the loop: what the loop cannot
+//! take yet stays pending (bounded, see `pending`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::mpsc::Sender;
+
+use super::inotify::{Inotify, RawEvent, DIR_MASK, FILE_MASK};
+use super::pending::Pending;
+use super::tree::{add_tree, open_beneath, AddError, Dirs, MAX_WATCHED_DIRS};
+use crate::fs::names::base64_if_not_utf8;
+use crate::fs::Roots;
+use crate::protocol::{
+    encode_notification, encode_response, Change, ChangeKind, ChangedParams, Empty, ErrorObject,
+    FsChanged, RequestId, SandboxMode, UnwatchParams, WatchParams, WatchResult,
+};
+
+/// How long changes wait to be merged before they are sent.
+pub(crate) const COALESCE_WINDOW: Duration = Duration::from_millis(50);
+/// Watches per connection.
+pub(crate) const MAX_WATCHES: usize = 256;
+/// How soon a batch the loop could not take is offered again.
+const RETRY: Duration = Duration::from_millis(10);
+
+/// What the loop asks of the thread.
+pub(crate) enum Command {
+    Watch { id: RequestId, params: WatchParams },
+    Unwatch { id: RequestId, params: UnwatchParams },
+}
+
+struct Watch {
+    root: PathBuf,
+    /// The root, open: new directories are opened beneath it.
+    root_dir: OwnedFd,
+    recursive: bool,
+}
+
+struct Worker {
+    roots: Arc<Roots>,
+    lines: Sender<String>,
+    inotify: Option<Inotify>,
+    dirs: Dirs,
+    watches: BTreeMap<u64, Watch>,
+    next_watch: u64,
+    pending: Pending,
+    flush_at: Option<Instant>,
+}
+
+/// The thread's body: runs until the connection lets go of it.
+pub(crate) fn run(
+    commands: Receiver<Command>,
+    wake: Arc<OwnedFd>,
+    lines: Sender<String>,
+    roots: Arc<Roots>,
+) {
+    let mut worker = Worker {
+        roots,
+        lines,
+        inotify: None,
+        dirs: Dirs::default(),
+        watches: BTreeMap::new(),
+        next_watch: 1,
+        pending: Pending::default(),
+        flush_at: None,
+    };
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let timeout = worker.flush_at.map_or(-1, |at| {
+            let left = at.saturating_duration_since(Instant::now());
+            i32::try_from(left.as_millis()).unwrap_or(i32::MAX).max(1)
+        });
+        let mut fds = [
+            libc::pollfd { fd: wake.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd {
+                fd: worker.inotify.as_ref().map_or(-1, Inotify::raw),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfds (a negative fd is ignored by poll).
+        unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
+        if fds[0].revents != 0 {
+            let mut count = [0u8; 8];
+            // SAFETY: drains the eventfd counter into an 8-byte buffer.
+            unsafe { libc::read(wake.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+        }
+        loop {
+            match commands.try_recv() {
+                Ok(command) => {
+                    if !worker.command(command) {
+                        return;
+                    }
+                }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => return,
+            }
+        }
+        if fds[1].revents != 0 {
+            worker.read_events(&mut buffer);
+        }
+        if worker.flush_at.is_some_and(|at| Instant::now() >= at) && !worker.flush() {
+            return;
+        }
+    }
+}
+
+impl Worker {
+    /// Handles a command; false when the loop is gone.
+    fn command(&mut self, command: Command) -> bool {
+        let line = match command {
+            Command::Watch { id, params } => {
+                let result = self.watch(params);
+                encode_response(&id, &result)
+            }
+            Command::Unwatch { id, params } => {
+                let result = self.unwatch(&params.watch_id);
+                encode_response(&id, &result)
+            }
+        };
+        // A reply is never dropped: it waits for room (the loop never waits on us).
+        self.lines.blocking_send(line).is_ok()
+    }
+
+    fn watch(&mut self, params: WatchParams) -> Result<WatchResult, ErrorObject> {
+        let shown = params.path.display().to_string();
+        if self.watches.len() >= MAX_WATCHES {
+            return Err(ErrorObject::invalid_request(format!(
+                "cannot watch {shown}: too many watches, the limit is {MAX_WATCHES} per connection"
+            )));
+        }
+        let root_dir = crate::fs::open_for_watch(&self.roots, &params.path)?;
+        let real = std::fs::read_link(format!("/proc/self/fd/{}", root_dir.as_raw_fd()))
+            .unwrap_or_else(|_| params.path.clone());
+        if let Some(sandbox) = params.sandbox.as_ref().filter(|s| s.mode == SandboxMode::Restricted)
+        {
+            if let Some(readable) = &sandbox.readable_roots {
+                let allowed = readable.iter().chain(sandbox.writable_roots.iter().flatten());
+                let inside = allowed
+                    .filter_map(|root| std::fs::canonicalize(root).ok())
+                    .any(|root| real.starts_with(root));
+                if !inside {
+                    return Err(ErrorObject::invalid_request(format!(
+                        "cannot watch {shown}: it is outside the sandbox's readable roots"
+                    )));
+                }
+            }
+        }
+        let is_dir = std::fs::metadata(format!("/proc/self/fd/{}", root_dir.as_raw_fd()))
+            .map(|m| m.is_dir())
+            .map_err(|e| ErrorObject::internal(format!("cannot watch {shown}: {e}")))?;
+        if params.recursive && !is_dir {
+            return Err(ErrorObject::invalid_request(format!(
+                "cannot watch {shown} recursively: it is not a directory"
+            )));
+        }
+        if self.inotify.is_none() {
+            let inotify = Inotify::new().map_err(|e| {
+                ErrorObject::invalid_request(format!(
+                    "cannot watch {shown}: no inotify instance ({e}): the kernel's limit fs.inotify.max_user_instances, or the descriptor limit, is reached"
+                ))
+            })?;
+            self.inotify = Some(inotify);
+        }
+        let Some(inotify) = self.inotify.as_ref() else {
+            return Err(ErrorObject::internal("the inotify instance is gone"));
+        };
+        let watch = self.next_watch;
+        let root = crate::fs::clean_path(&params.path);
+        let mut added = Vec::new();
+        let outcome = if params.recursive {
+            let dir = open_beneath(&root_dir, Path::new(".")).map_err(AddError::Kernel);
+            dir.and_then(|dir| {
+                add_tree(&mut self.dirs, inotify, dir, root.clone(), watch, &mut added, &mut |_| {})
+            })
+        } else {
+            let mask = if is_dir { DIR_MASK } else { FILE_MASK };
+            self.dirs.add(inotify, &root_dir, &root, mask, watch).map(|(wd, _)| added.push(wd))
+        };
+        if let Err(error) = outcome {
+            for wd in added {
+                self.dirs.release(inotify, wd, watch);
+            }
+            return Err(add_error(&shown, error));
+        }
+        self.next_watch += 1;
+        self.watches.insert(watch, Watch { root, root_dir, recursive: params.recursive });
+        Ok(WatchResult { watch_id: format!("w{watch}") })
+    }
+
+    fn unwatch(&mut self, watch_id: &str) -> Result<Empty, ErrorObject> {
+        let unknown = || ErrorObject::invalid_request(format!("unknown watch id {watch_id}"));
+        let watch: u64 =
+            watch_id.strip_prefix('w').and_then(|n| n.parse().ok()).ok_or_else(unknown)?;
+        self.watches.remove(&watch).ok_or_else(unknown)?;
+        if let Some(inotify) = &self.inotify {
+            for wd in self.dirs.of_watch(watch) {
+                self.dirs.release(inotify, wd, watch);
+            }
+        }
+        self.pending.forget(watch);
+        if self.watches.is_empty() {
+            // The last watch: the instance and its kernel memory go too.
+            self.inotify = None;
+        }
+        Ok(Empty {})
+    }
+
+    fn read_events(&mut self, buffer: &mut [u8]) {
+        let Some(inotify) = &self.inotify else { return };
+        let events = match inotify.read(buffer) {
+            Ok(events) => events,
+            Err(error) => {
+                tracing::warn!(%error, "reading inotify events failed");
+                return;
+            }
+        };
+        let mut moved_from: HashMap<u32, PathBuf> = HashMap::new();
+        let mut appeared: Vec<(i32, PathBuf)> = Vec::new();
+        for event in events {
+            self.event(event, &mut moved_from, &mut appeared);
+        }
+        // A directory moved out of every watched tree: its watches go.
+        for from in moved_from.into_values() {
+            if let Some(inotify) = &self.inotify {
+                for wd in self.dirs.beneath(&from) {
+                    let watches = self.dirs.get(wd).map(|d| d.watches.clone()).unwrap_or_default();
+                    for watch in watches {
+                        self.dirs.release(inotify, wd, watch);
+                    }
+                }
+            }
+        }
+        for (parent, path) in appeared {
+            self.follow_new_directory(parent, &path);
+        }
+        if !self.pending.is_empty() && self.flush_at.is_none() {
+            self.flush_at = Some(Instant::now() + COALESCE_WINDOW);
+        }
+    }
+
+    fn event(
+        &mut self,
+        event: RawEvent,
+        moved_from: &mut HashMap<u32, PathBuf>,
+        appeared: &mut Vec<(i32, PathBuf)>,
+    ) {
+        if event.mask & libc::IN_Q_OVERFLOW != 0 {
+            for watch in self.watches.keys() {
+                self.pending.overflow(*watch);
+            }
+            return;
+        }
+        if event.mask & libc::IN_IGNORED != 0 {
+            self.dirs.forget(event.wd);
+            return;
+        }
+        let Some(dir) = self.dirs.get(event.wd) else { return };
+        let is_self = event.name.is_empty();
+        let path =
+            if is_self { dir.path.clone() } else { dir.path.join(OsStr::from_bytes(&event.name)) };
+        let watchers = dir.watches.clone();
+        let is_dir = event.mask & libc::IN_ISDIR != 0;
+        let kind = if event.mask & libc::IN_CREATE != 0 {
+            if is_dir {
+                appeared.push((event.wd, path.clone()));
+            }
+            ChangeKind::Created
+        } else if event.mask & libc::IN_DELETE != 0 {
+            ChangeKind::Removed
+        } else if event.mask & libc::IN_MOVED_FROM != 0 {
+            if is_dir {
+                moved_from.insert(event.cookie, path.clone());
+            }
+            ChangeKind::RenamedFrom
+        } else if event.mask & libc::IN_MOVED_TO != 0 {
+            if is_dir {
+                match moved_from.remove(&event.cookie) {
+                    Some(from) => self.dirs.renamed(&from, &path),
+                    None => appeared.push((event.wd, path.clone())),
+                }
+            }
+            ChangeKind::RenamedTo
+        } else if event.mask & (libc::IN_MODIFY | libc::IN_CLOSE_WRITE) != 0 {
+            ChangeKind::Modified
+        } else if event.mask & libc::IN_ATTRIB != 0 {
+            ChangeKind::Metadata
+        } else if event.mask & (libc::IN_DELETE_SELF | libc::IN_MOVE_SELF) != 0 {
+            // Reported by the parent unless this is a watch's own root.
+            let kind = if event.mask & libc::IN_DELETE_SELF != 0 {
+                ChangeKind::Removed
+            } else {
+                ChangeKind::RenamedFrom
+            };
+            for watch in watchers {
+                if self.watches.get(&watch).is_some_and(|w| w.root == path) {
+                    self.pending.push(watch, &path, kind);
+                }
+            }
+            return;
+        } else {
+            return;
+        };
+        if is_self && kind != ChangeKind::Modified && kind != ChangeKind::Metadata {
+            return;
+        }
+        for watch in watchers {
+            self.pending.push(watch, &path, kind);
+        }
+    }
+
+    /// A directory appeared in a watched directory (made, or moved in): the
+    /// recursive watches that see its parent watch it and what it holds, and
+    /// report what it held already as created.
+    fn follow_new_directory(&mut self, parent: i32, path: &Path) {
+        let watchers = self.dirs.get(parent).map(|d| d.watches.clone()).unwrap_or_default();
+        for watch in watchers {
+            let Some(state) = self.watches.get(&watch).filter(|w| w.recursive) else { continue };
+            let Some(inotify) = &self.inotify else { return };
+            let Ok(relative) = path.strip_prefix(&state.root) else { continue };
+            let dir = match open_beneath(&state.root_dir, relative) {
+                Ok(dir) => dir,
+                // Gone already (its removal is reported), or swapped for a link: not followed.
+                Err(_) => continue,
+            };
+            let pending = &mut self.pending;
+            let mut report = |found: &Path| pending.push(watch, found, ChangeKind::Created);
+            let mut added = Vec::new();
+            let followed = add_tree(
+                &mut self.dirs,
+                inotify,
+                dir,
+                path.to_path_buf(),
+                watch,
+                &mut added,
+                &mut report,
+            );
+            drop(report);
+            if followed.is_err() {
+                // Beyond a limit: the client rescans the root instead.
+                tracing::warn!(path = %path.display(), "a watch cannot follow a new directory; reporting an overflow");
+                self.pending.overflow(watch);
+            }
+        }
+    }
+
+    /// Sends what is pending; false when the loop is gone.
+    fn flush(&mut self) -> bool {
+        self.flush_at = None;
+        let mut batches = self.pending.take().into_iter();
+        while let Some((watch, changes)) = batches.next() {
+            let Some(state) = self.watches.get(&watch) else { continue };
+            let list = match &changes {
+                Some(changes) => changes.iter().map(|(path, kind)| change(path, *kind)).collect(),
+                None => vec![change(&state.root, ChangeKind::Overflow)],
+            };
+            let params = ChangedParams { watch_id: format!("w{watch}"), changes: list };
+            let line = encode_notification::<FsChanged>(&params, 256);
+            match self.lines.try_send(line) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => {
+                    self.pending.put_back(watch, changes);
+                    for (watch, changes) in batches {
+                        self.pending.put_back(watch, changes);
+                    }
+                    self.flush_at = Some(Instant::now() + RETRY);
+                    return true;
+                }
+                Err(TrySendError::Closed(_)) => return false,
+            }
+        }
+        true
+    }
+}
+
+fn change(path: &Path, kind: ChangeKind) -> Change {
+    let bytes = path.as_os_str().as_bytes();
+    Change {
+        path: path.to_string_lossy().into_owned(),
+        path_base64: base64_if_not_utf8(bytes),
+        kind,
+    }
+}
+
+fn add_error(shown: &str, error: AddError) -> ErrorObject {
+    match error {
+        AddError::TooMany => ErrorObject::invalid_request(format!(
+            "cannot watch {shown}: it needs more than {MAX_WATCHED_DIRS} watched directories, the limit per connection"
+        )),
+        AddError::Kernel(error) if error.raw_os_error() == Some(libc::ENOSPC) => {
+            let limit = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_watches")
+                .map(|text| text.trim().to_owned())
+                .unwrap_or_else(|_| "?".to_owned());
+            ErrorObject::invalid_request(format!(
+                "cannot watch {shown}: the kernel's limit of inotify watches (fs.inotify.max_user_watches = {limit}) is reached"
+            ))
+        }
+        AddError::Kernel(error) => ErrorObject::internal(format!("cannot watch {shown}: {error}")),
+    }
+}
+
+// The thread's inputs cross threads.
+const _: fn() = || {
+    fn sendable<T: Send>() {}
+    sendable::<Command>();
+    sendable::<io::Error>();
+};
