@@ -7,6 +7,7 @@
 mod events;
 mod process;
 mod routing;
+mod watching;
 mod ws;
 
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -20,6 +21,7 @@ use tokio::task::JoinHandle;
 pub use self::events::{Event, EventStream};
 pub use self::process::{ExitStatus, OutputChunk, Process};
 use self::routing::{Route, Shared};
+pub use self::watching::Watch;
 use crate::error::Error;
 use crate::protocol::*;
 use crate::server::{self, Config};

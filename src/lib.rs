@@ -54,7 +54,7 @@ mod transport;
 mod watch;
 
 pub use crate::client::{
-    Client, ClientOptions, Event, EventStream, ExitStatus, OutputChunk, Process,
+    Client, ClientOptions, Event, EventStream, ExitStatus, OutputChunk, Process, Watch,
 };
 pub use crate::error::Error;
 pub use crate::executor::{Executor, LocalExecutor, RemoteExecutor};

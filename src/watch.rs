@@ -26,8 +26,10 @@ use std::sync::Arc;
 use crate::fs::Roots;
 use crate::protocol::{encode_response, Empty, ErrorObject, RequestId};
 
-/// Lines from the thread the loop may hold back (each a reply or a batch).
-const LINES: usize = 16;
+/// Lines from the thread waiting for the loop (each a reply or a batch of at
+/// most `worker::BATCH` changes): what the loop has not taken counts
+/// against the pending bound soon, as changes then wait in the thread.
+const LINES: usize = 2;
 
 /// A connection's watches, as the loop sees them.
 pub(crate) struct Watcher {

@@ -9,6 +9,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use super::events::{Event, EVENT_BUFFER};
 use super::process::{ExitStatus, OutputChunk};
+use super::watching::WatchRoutes;
 use super::{lock, ClosedWatch};
 use crate::error::Error;
 use crate::protocol::*;
@@ -60,6 +61,8 @@ pub(crate) struct Shared {
     next_route: AtomicU64,
     /// Whether the server sends `process/closed` (Part B); without it, exit ends a stream.
     sends_closed: AtomicBool,
+    /// Where `fs/changed` goes.
+    pub(crate) watches: Mutex<WatchRoutes>,
 }
 
 impl Default for Shared {
@@ -70,6 +73,7 @@ impl Default for Shared {
             events: Mutex::new(Some(broadcast::channel(EVENT_BUFFER).0)),
             closed: watch::channel(false).0,
             next_route: AtomicU64::new(1),
+            watches: Mutex::default(),
             sends_closed: AtomicBool::new(true),
         }
     }
@@ -181,12 +185,20 @@ impl Shared {
         };
         drop(calls);
         lock(&self.routes).clear();
+        lock(&self.watches).clear();
         lock(&self.events).take();
         self.closed.send_replace(true);
     }
 
     fn route(&self, notification: &Notification) {
         let params = &notification.params;
+        if notification.method == FsChanged::NAME {
+            match serde_json::from_value::<ChangedParams>(params.clone()) {
+                Ok(changed) => lock(&self.watches).deliver(changed),
+                Err(error) => tracing::warn!(%error, "malformed fs/changed"),
+            }
+            return;
+        }
         let Some(id) = params.get("processId").and_then(Value::as_str) else { return };
         let mut routes = lock(&self.routes);
         let Some(route) = routes.get_mut(id) else { return };

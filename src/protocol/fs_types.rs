@@ -252,3 +252,22 @@ pub enum ChangeKind {
     /// Changes were lost: rescan this directory.
     Overflow,
 }
+
+impl WatchParams {
+    /// A watch of `path`, of every directory beneath it with `recursive`.
+    pub fn new(path: impl Into<PathBuf>, recursive: bool) -> WatchParams {
+        WatchParams { path: path.into(), recursive, sandbox: None }
+    }
+}
+
+impl Change {
+    /// An `overflow` of `root`: changes were lost, rescan it.
+    pub fn overflow(root: &std::path::Path) -> Change {
+        use std::os::unix::ffi::OsStrExt;
+        Change {
+            path: root.to_string_lossy().into_owned(),
+            path_base64: crate::fs::names::base64_if_not_utf8(root.as_os_str().as_bytes()),
+            kind: ChangeKind::Overflow,
+        }
+    }
+}

@@ -12,6 +12,9 @@ use crate::protocol::ChangeKind;
 /// Changes waiting per connection; beyond, a watch's detail becomes an overflow.
 pub(crate) const MAX_QUEUED: usize = 10_000;
 
+/// A watch's taken changes: `None` when its detail was dropped for an overflow.
+pub(crate) type Taken = Option<Vec<(PathBuf, ChangeKind)>>;
+
 #[derive(Debug, Default)]
 struct Batch {
     changes: Vec<(PathBuf, ChangeKind)>,
@@ -66,7 +69,7 @@ impl Pending {
 
     /// Takes the waiting changes of every watch, oldest watch first;
     /// an overflowed watch yields `None` (its root is reported).
-    pub(crate) fn take(&mut self) -> Vec<(u64, Option<Vec<(PathBuf, ChangeKind)>>)> {
+    pub(crate) fn take(&mut self) -> Vec<(u64, Taken)> {
         self.queued = 0;
         std::mem::take(&mut self.batches)
             .into_iter()
@@ -75,7 +78,7 @@ impl Pending {
     }
 
     /// Puts back what could not be sent, before anything newer.
-    pub(crate) fn put_back(&mut self, watch: u64, changes: Option<Vec<(PathBuf, ChangeKind)>>) {
+    pub(crate) fn put_back(&mut self, watch: u64, changes: Taken) {
         let newer = self.batches.remove(&watch).unwrap_or_default();
         let mut batch = Batch::default();
         match changes {

@@ -34,6 +34,8 @@ pub(crate) const COALESCE_WINDOW: Duration = Duration::from_millis(50);
 pub(crate) const MAX_WATCHES: usize = 256;
 /// How soon a batch the loop could not take is offered again.
 const RETRY: Duration = Duration::from_millis(10);
+/// Changes in one `fs/changed` at most.
+pub(crate) const BATCH: usize = 1000;
 
 /// What the loop asks of the thread.
 pub(crate) enum Command {
@@ -335,19 +337,13 @@ impl Worker {
                 // Gone already (its removal is reported), or swapped for a link: not followed.
                 Err(_) => continue,
             };
-            let pending = &mut self.pending;
-            let mut report = |found: &Path| pending.push(watch, found, ChangeKind::Created);
             let mut added = Vec::new();
-            let followed = add_tree(
-                &mut self.dirs,
-                inotify,
-                dir,
-                path.to_path_buf(),
-                watch,
-                &mut added,
-                &mut report,
-            );
-            drop(report);
+            let followed = {
+                let pending = &mut self.pending;
+                let mut report = |found: &Path| pending.push(watch, found, ChangeKind::Created);
+                let path = path.to_path_buf();
+                add_tree(&mut self.dirs, inotify, dir, path, watch, &mut added, &mut report)
+            };
             if followed.is_err() {
                 // Beyond a limit: the client rescans the root instead.
                 tracing::warn!(path = %path.display(), "a watch cannot follow a new directory; reporting an overflow");
@@ -356,29 +352,42 @@ impl Worker {
         }
     }
 
-    /// Sends what is pending; false when the loop is gone.
+    /// Sends what is pending, in lines of at most [`BATCH`] changes; what the
+    /// loop cannot take yet goes back, before anything newer. False when the
+    /// loop is gone.
     fn flush(&mut self) -> bool {
         self.flush_at = None;
         let mut batches = self.pending.take().into_iter();
         while let Some((watch, changes)) = batches.next() {
             let Some(state) = self.watches.get(&watch) else { continue };
-            let list = match &changes {
-                Some(changes) => changes.iter().map(|(path, kind)| change(path, *kind)).collect(),
-                None => vec![change(&state.root, ChangeKind::Overflow)],
+            let mut rest = match changes {
+                Some(changes) => changes,
+                None => vec![(state.root.clone(), ChangeKind::Overflow)],
             };
-            let params = ChangedParams { watch_id: format!("w{watch}"), changes: list };
-            let line = encode_notification::<FsChanged>(&params, 256);
-            match self.lines.try_send(line) {
-                Ok(()) => {}
-                Err(TrySendError::Full(_)) => {
-                    self.pending.put_back(watch, changes);
-                    for (watch, changes) in batches {
-                        self.pending.put_back(watch, changes);
+            while !rest.is_empty() {
+                let tail = rest.split_off(rest.len().min(BATCH));
+                let list = rest.iter().map(|(path, kind)| change(path, *kind)).collect();
+                let params = ChangedParams { watch_id: format!("w{watch}"), changes: list };
+                let line = encode_notification::<FsChanged>(&params, 256);
+                match self.lines.try_send(line) {
+                    Ok(()) => rest = tail,
+                    Err(TrySendError::Full(_)) => {
+                        rest.extend(tail);
+                        let back = if rest.first().is_some_and(|(_, k)| *k == ChangeKind::Overflow)
+                        {
+                            None
+                        } else {
+                            Some(rest)
+                        };
+                        self.pending.put_back(watch, back);
+                        for (watch, changes) in batches {
+                            self.pending.put_back(watch, changes);
+                        }
+                        self.flush_at = Some(Instant::now() + RETRY);
+                        return true;
                     }
-                    self.flush_at = Some(Instant::now() + RETRY);
-                    return true;
+                    Err(TrySendError::Closed(_)) => return false,
                 }
-                Err(TrySendError::Closed(_)) => return false,
             }
         }
         true

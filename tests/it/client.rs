@@ -21,9 +21,13 @@ fn params(id: &str, argv: &[&str]) -> StartParams {
 async fn handshake_exposes_capabilities() {
     let client = Client::in_process(Config::default()).await.unwrap();
     let capabilities = client.capabilities();
-    assert_eq!(capabilities.methods.len(), 16);
+    assert_eq!(capabilities.methods.len(), 18);
     assert!(capabilities.methods.contains(&"fs/rename".to_owned()));
-    assert_eq!(capabilities.notifications, ["process/output", "process/exited", "process/closed"]);
+    assert!(capabilities.methods.contains(&"fs/watch".to_owned()));
+    assert_eq!(
+        capabilities.notifications,
+        ["process/output", "process/exited", "process/closed", "fs/changed"]
+    );
     let info = client.server_info().server_info.clone().unwrap();
     assert_eq!(info.name, "exec-server");
 }

@@ -24,4 +24,5 @@ mod sandbox_escape;
 mod ssh;
 mod support;
 mod traits;
+mod watch;
 mod websocket;

@@ -19,9 +19,9 @@ async fn handshake_reports_version_server_info_and_capabilities() {
                     "initialize", "process/start", "process/read", "process/write",
                     "process/terminate", "process/signal", "process/resize", "process/list",
                     "fs/readFile", "fs/writeFile", "fs/createDirectory", "fs/getMetadata",
-                    "fs/readDirectory", "fs/remove", "fs/copy", "fs/rename"
+                    "fs/readDirectory", "fs/remove", "fs/copy", "fs/rename", "fs/watch", "fs/unwatch"
                 ],
-                "notifications": ["process/output", "process/exited", "process/closed"],
+                "notifications": ["process/output", "process/exited", "process/closed", "fs/changed"],
                 "features": [
                     "fs/pathBase64", "fs/followSymlinks", "fs/atomicWrite",
                     "fs/regularFilesOnly", "fs/confinedTrees", "process/sandbox"
