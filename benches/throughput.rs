@@ -7,7 +7,7 @@
 //! pre-encoded output), so the server is never blamed for the client.
 //! Prints a table, then the same rows as JSON (also written to
 //! `target/bench.json`). `EXEC_SERVER_BIN` measures another build;
-//! `BENCH_ONLY=fs,stream` runs only those sections (round, spawn, stream, fs, ws).
+//! `BENCH_ONLY=fs,stream` runs only those sections (round, spawn, stream, fs, ws, watch).
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
 use std::io::{BufRead, Write};
@@ -533,6 +533,9 @@ async fn bench() {
             Err(error) => println!("(WebSocket rows skipped: {error})"),
         }
     }
+    if wanted("watch") {
+        watch_rows(&client, &mut rows).await;
+    }
 
     println!();
     for row in &rows {
@@ -592,4 +595,107 @@ fn field(line: &str, key: &str) -> Option<String> {
         rest.find([',', '}'])?
     };
     Some(rest[..end].to_owned())
+}
+
+/// `fs/watch`: setting up a watch of 20,000 files against walking the same tree,
+/// and change-to-notification latency against inotify read directly.
+async fn watch_rows(client: &Client, rows: &mut Vec<Row>) {
+    let dir = std::env::temp_dir().join(format!("exec-server-bench-watch-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for d in 0..200 {
+        let sub = dir.join(format!("d{d}"));
+        std::fs::create_dir_all(&sub).unwrap();
+        for f in 0..100 {
+            std::fs::write(sub.join(format!("f{f}")), "").unwrap();
+        }
+    }
+    let walk = median(|| async { walk(&dir) }).await;
+    let setup = median(|| async {
+        let watch = client.watch(&dir, true).await.unwrap();
+        watch.unwatch().await.unwrap();
+    })
+    .await;
+    rows.push(Row {
+        what: "fs/watch of 20,000 files in 200 dirs (ms)",
+        server: setup.as_secs_f64() * 1e3,
+        baseline: walk.as_secs_f64() * 1e3,
+        baseline_what: "walking the tree (read_dir)",
+        unit: "ms",
+        higher_is_better: false,
+    });
+    let mut watch = client.watch(&dir, true).await.unwrap();
+    let mut served = Vec::new();
+    for n in 0..100 {
+        let file = dir.join(format!("d{}/lat{n}", n % 200));
+        let start = Instant::now();
+        std::fs::write(&file, "x").unwrap();
+        'wait: loop {
+            for change in watch.next().await.unwrap() {
+                if std::path::Path::new(&change.path) == file {
+                    break 'wait;
+                }
+            }
+        }
+        served.push(start.elapsed());
+    }
+    drop(watch);
+    let direct = direct_inotify_latencies(&dir, 100);
+    for (what, pick) in [("p50", 50usize), ("p99", 99)] {
+        served.sort();
+        let mut direct = direct.clone();
+        direct.sort();
+        rows.push(Row {
+            what: if pick == 50 {
+                "change -> fs/changed, p50 (ms)"
+            } else {
+                "change -> fs/changed, p99 (ms)"
+            },
+            server: served[pick.min(served.len() - 1)].as_secs_f64() * 1e3,
+            baseline: direct[pick.min(direct.len() - 1)].as_secs_f64() * 1e3,
+            baseline_what: if what == "p50" {
+                "inotify read directly, p50"
+            } else {
+                "inotify read directly, p99"
+            },
+            unit: "ms",
+            higher_is_better: false,
+        });
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn walk(dir: &std::path::Path) {
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            if entry.file_type().unwrap().is_dir() {
+                pending.push(entry.path());
+            }
+        }
+    }
+}
+
+/// Write-to-event latency of a bare inotify watch on one directory, read blocking.
+fn direct_inotify_latencies(dir: &std::path::Path, count: usize) -> Vec<Duration> {
+    let sub = dir.join("d0");
+    let c_sub = std::ffi::CString::new(sub.to_str().unwrap()).unwrap();
+    // SAFETY: plain inotify calls on descriptors this function owns and closes.
+    unsafe {
+        let fd = libc::inotify_init1(libc::IN_CLOEXEC);
+        assert!(fd >= 0);
+        assert!(
+            libc::inotify_add_watch(fd, c_sub.as_ptr(), libc::IN_CREATE | libc::IN_CLOSE_WRITE)
+                >= 0
+        );
+        let mut latencies = Vec::new();
+        let mut buffer = [0u8; 4096];
+        for n in 0..count {
+            let start = Instant::now();
+            std::fs::write(sub.join(format!("direct{n}")), "x").unwrap();
+            assert!(libc::read(fd, buffer.as_mut_ptr().cast(), buffer.len()) > 0);
+            latencies.push(start.elapsed());
+        }
+        libc::close(fd);
+        latencies
+    }
 }
