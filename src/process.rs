@@ -74,6 +74,11 @@ fn descriptor_limit() -> u64 {
     limit.rlim_cur
 }
 
+/// Exited processes a connection remembers (for reads, and their ids
+/// reserved); beyond, the oldest one whose output is all delivered is
+/// forgotten before its 30 s are up.
+pub(crate) const MAX_EXITED: usize = 1024;
+
 /// The longest `processId`, in bytes.
 pub(crate) const MAX_PROCESS_ID_BYTES: usize = 256;
 
@@ -156,6 +161,8 @@ pub(crate) struct ProcessTable {
     /// Serials of exited processes, oldest exit first: whose output goes first
     /// when a retention budget is exceeded.
     exited: VecDeque<u64>,
+    /// Serials of exited processes not yet forgotten, oldest exit first.
+    reserved: VecDeque<u64>,
 }
 
 impl ProcessTable {
@@ -176,6 +183,7 @@ impl ProcessTable {
             limits,
             account: Arc::default(),
             exited: VecDeque::new(),
+            reserved: VecDeque::new(),
         }
     }
 
@@ -199,6 +207,9 @@ impl ProcessTable {
         }
         if params.arg0.as_deref().is_some_and(|arg0| arg0.contains('\0')) {
             return Err(ErrorObject::invalid_params("arg0 holds a NUL byte"));
+        }
+        if std::os::unix::ffi::OsStrExt::as_bytes(params.cwd.as_os_str()).contains(&0) {
+            return Err(ErrorObject::invalid_params("cwd holds a NUL byte"));
         }
         sandbox::check_request(params.sandbox.as_ref(), &self.limits.sandbox)?;
         if let Some(name) = params.env.keys().find(|n| n.is_empty() || n.contains(['=', '\0'])) {
@@ -492,12 +503,14 @@ impl ProcessTable {
                 tracing::debug!(%id, code = exit.code, signal = ?exit.signal, "exited");
                 entry.exited(exit, now);
                 self.exited.push_back(serial);
+                self.reserved.push_back(serial);
                 registry::reap_disowned();
                 if entry.streams_open() {
                     self.timers.schedule(now + EXIT_DRAIN, Timer::ExitDrain(serial));
                 }
                 self.timers.schedule(now + self.limits.reservation, Timer::Forget(serial));
                 self.settle(&id, now, out);
+                self.keep_reserved_bound();
             }
         }
     }
@@ -527,6 +540,33 @@ impl ProcessTable {
             };
             if !entry.output.drop_oldest() {
                 return;
+            }
+        }
+    }
+
+    /// Keeps at most [`MAX_EXITED`] exited processes: memory must not grow
+    /// with the rate of starts while each waits its 30 s to be forgotten.
+    fn keep_reserved_bound(&mut self) {
+        self.reserved.retain(|serial| self.ids.contains_key(serial));
+        let mut tries = self.reserved.len();
+        while self.reserved.len() > MAX_EXITED && tries > 0 {
+            tries -= 1;
+            let Some(serial) = self.reserved.pop_front() else { return };
+            let settled = self
+                .ids
+                .get(&serial)
+                .and_then(|id| self.entries.get(id))
+                .is_some_and(|entry| entry.exit_reported() && !entry.streams_open());
+            if !settled {
+                // Still delivering (a descendant holds a stream): not yet.
+                self.reserved.push_back(serial);
+                continue;
+            }
+            if let Some(id) = self.ids.remove(&serial) {
+                tracing::debug!(%id, "forgotten early: over the limit of exited processes");
+                if let Some(entry) = self.entries.remove(&id) {
+                    registry::forgotten(entry.pid);
+                }
             }
         }
     }

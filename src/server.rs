@@ -51,6 +51,9 @@ const EVENT_QUEUE: usize = 64;
 const KILL_DRAIN: Duration = Duration::from_millis(500);
 /// How long the last replies may take to reach a client at the end.
 const FINAL_FLUSH: Duration = Duration::from_millis(400);
+/// How long a connection whose input ended while its replies waited for the
+/// client to read goes on answering the lines it still has.
+const EOF_LINGER: Duration = Duration::from_secs(10);
 
 /// What a server does when its input ends.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -207,10 +210,14 @@ where
                 if ended.is_ok() && config.on_eof == OnEof::Kill {
                     tracing::debug!("input ended while replies wait; killing the processes");
                     state.table.kill_all();
+                    // A client that stopped reading cannot keep the server alive.
+                    drain_deadline.get_or_insert(Instant::now() + EOF_LINGER);
                 }
             }
             Some(event) = events.recv(), if room => state.table.on_event(event, Instant::now(), &mut out),
-            line = state.fs.next_reply() => out.push(line),
+            // Finished fs calls are taken only while the outbox has room: an
+            // unread reply holds its slot, and no more calls start meanwhile.
+            line = state.fs.next_reply(), if room => out.push(line),
             line = state.watches.next_line(), if room => out.push(line),
             // Polls again (after a non-blocking look at I/O) while a fresh fs call runs.
             () = tokio::task::yield_now(), if spin => {}

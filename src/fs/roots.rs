@@ -87,9 +87,16 @@ impl Roots {
         let cleaned = clean(path);
         if self.roots.is_empty() {
             let rel = cleaned.strip_prefix("/").unwrap_or(&cleaned).to_path_buf();
-            let dir = std::fs::File::open("/")
-                .map(OwnedFd::from)
-                .map_err(|e| ErrorObject::invalid_request(format!("cannot open /: {e}")))?;
+            let dir = std::fs::File::open("/").map(OwnedFd::from).map_err(|e| {
+                let hint = match e.raw_os_error() {
+                    Some(libc::EMFILE | libc::ENFILE) => {
+                        ": the server is out of file descriptors (RLIMIT_NOFILE)"
+                    }
+                    _ => "",
+                };
+                ErrorObject::internal(format!("cannot open /: {e}{hint}"))
+                    .with_data(serde_json::json!({"kind": "other", "path": "/"}))
+            })?;
             return Ok(Located::new(self, path, dir, rel, 0));
         }
         let Some((root, rel)) = self.best_root(&cleaned) else { return Err(outside(path)) };

@@ -92,11 +92,7 @@ impl<R: AsyncRead + Unpin> Reader<R> {
                     }
                     let Some(payload) = self.payload(&header).await? else { return Ok(None) };
                     match header.opcode {
-                        OP_CLOSE => {
-                            let code = (payload.len() >= 2)
-                                .then(|| u16::from_be_bytes([payload[0], payload[1]]));
-                            return Ok(Some(Event::Close(code)));
-                        }
+                        OP_CLOSE => return Ok(Some(close_event(&payload))),
                         OP_PING => return Ok(Some(Event::Ping(payload))),
                         _ => continue,
                     }
@@ -258,6 +254,25 @@ impl<R: AsyncRead + Unpin> Reader<R> {
             self.buffer.extend_from_slice(&chunk[..got]);
         }
         Ok(true)
+    }
+}
+
+/// A close frame's meaning: its code, or a broken protocol (RFC 6455 7.4).
+fn close_event(payload: &[u8]) -> Event {
+    match payload {
+        [] => Event::Close(None),
+        [_] => Event::Broken { code: CLOSE_PROTOCOL, reason: "a close frame of one byte" },
+        [high, low, reason @ ..] => {
+            let code = u16::from_be_bytes([*high, *low]);
+            let valid = matches!(code, 1000..=1003 | 1007..=1011 | 3000..=4999);
+            if !valid {
+                Event::Broken { code: CLOSE_PROTOCOL, reason: "a close code that may not be sent" }
+            } else if std::str::from_utf8(reason).is_err() {
+                Event::Broken { code: CLOSE_INVALID, reason: "a close reason that is not UTF-8" }
+            } else {
+                Event::Close(Some(code))
+            }
+        }
     }
 }
 

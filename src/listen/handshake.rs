@@ -35,6 +35,10 @@ where
         if let Some(at) = find(&head, b"\r\n\r\n") {
             break at + 4;
         }
+        // Bare line feeds are tolerated (RFC 9112 allows it of a recipient).
+        if let Some(at) = find(&head, b"\n\n") {
+            break at + 2;
+        }
         if head.len() >= MAX_HEAD {
             let text = format!("the request head is over {MAX_HEAD} bytes");
             return refuse(stream, 400, &text, "").await;
@@ -94,6 +98,11 @@ where
     let Some(key) = request.header("sec-websocket-key") else {
         return refuse(stream, 400, "the upgrade has no Sec-WebSocket-Key", "").await;
     };
+    let nonce = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, key);
+    if request.count("sec-websocket-key") > 1 || nonce.map_or(true, |n| n.len() != 16) {
+        let text = "Sec-WebSocket-Key must be one base64-encoded 16-byte nonce";
+        return refuse(stream, 400, text, "").await;
+    }
     let accept = derive_accept_key(key.as_bytes());
     let response = format!(
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
@@ -112,7 +121,10 @@ struct Request<'a> {
 
 impl<'a> Request<'a> {
     fn parse(head: &'a str) -> Result<Request<'a>, &'static str> {
-        let mut lines = head.split("\r\n");
+        if head.contains('\0') {
+            return Err("the request head holds a NUL byte");
+        }
+        let mut lines = head.split('\n').map(|line| line.strip_suffix('\r').unwrap_or(line));
         let first = lines.next().unwrap_or("");
         let mut parts = first.split(' ');
         let (Some(method), Some(path), Some(version)) = (parts.next(), parts.next(), parts.next())
@@ -122,6 +134,9 @@ impl<'a> Request<'a> {
         if !version.starts_with("HTTP/1.") || parts.next().is_some() {
             return Err("the request line is malformed");
         }
+        if version == "HTTP/1.0" {
+            return Err("a WebSocket upgrade needs HTTP/1.1");
+        }
         let mut headers = Vec::new();
         for line in lines.filter(|line| !line.is_empty()) {
             let Some((name, value)) = line.split_once(':') else {
@@ -130,6 +145,10 @@ impl<'a> Request<'a> {
             headers.push((name.trim(), value.trim()));
         }
         Ok(Request { method, path, headers })
+    }
+
+    fn count(&self, name: &str) -> usize {
+        self.headers.iter().filter(|(n, _)| n.eq_ignore_ascii_case(name)).count()
     }
 
     fn header(&self, name: &str) -> Option<&'a str> {
@@ -215,6 +234,19 @@ mod tests {
             ),
             ("POST / HTTP/1.1\r\n\r\n".to_owned(), None, "HTTP/1.1 400 Bad Request"),
             ("nonsense\r\n\r\n".to_owned(), None, "HTTP/1.1 400 Bad Request"),
+            ("GET /readyz HTTP/1.1\n\n".to_owned(), None, "HTTP/1.1 200 OK"),
+            (UPGRADE.replace("\r\n", "\n") + "\n", None, "HTTP/1.1 101 Switching Protocols"),
+            (
+                UPGRADE.replace("dGhlIHNhbXBsZSBub25jZQ==", "x") + "\r\n",
+                None,
+                "HTTP/1.1 400 Bad Request",
+            ),
+            (
+                format!("{UPGRADE}Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"),
+                None,
+                "HTTP/1.1 400 Bad Request",
+            ),
+            (UPGRADE.replace("HTTP/1.1", "HTTP/1.0") + "\r\n", None, "HTTP/1.1 400 Bad Request"),
             ("GET /readyz HTTP/1.1\r\n\r\n".to_owned(), None, "HTTP/1.1 200 OK"),
             (
                 format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(MAX_HEAD)),

@@ -243,9 +243,12 @@ impl State {
                 }
             }
             ProcessWrite::NAME => call::<ProcessWrite>(&id, params, |p| table.write(p)),
-            ProcessTerminate::NAME => {
-                call::<ProcessTerminate>(&id, params, |p| Ok(table.terminate(p, Instant::now())))
-            }
+            ProcessTerminate::NAME => call::<ProcessTerminate>(&id, params, |p| {
+                if p.process_id.len() > crate::process::MAX_PROCESS_ID_BYTES {
+                    return Err(crate::process::too_long_id(&p.process_id));
+                }
+                Ok(table.terminate(p, Instant::now()))
+            }),
             ProcessSignal::NAME => call::<ProcessSignal>(&id, params, |p| table.signal(p)),
             ProcessResize::NAME => {
                 call::<ProcessResize>(&id, params, |p| table.resize(p).map(|()| Empty {}))

@@ -356,3 +356,58 @@ async fn errors_say_what_was_wrong() {
     assert_eq!(line["id"].as_u64(), Some(u64::MAX));
     assert!(line["result"]["processes"].is_array());
 }
+
+/// Replies the client does not read hold their slots: 40 reads of 16 MiB
+/// sent at once keep the server near four replies, not forty.
+#[tokio::test]
+async fn unread_fs_replies_hold_back_the_calls_behind_them() {
+    let dir = scratch("unread-replies");
+    let file = dir.join("big");
+    std::fs::write(&file, vec![b'x'; 16 << 20]).unwrap();
+    let mut server = Binary::ready(&[]).await;
+    let pid = server.child.id().unwrap();
+    let mut batch = String::new();
+    for n in 0..40 {
+        batch.push_str(
+            &json!({"id": 1000 + n, "method": "fs/readFile", "params": {"path": file}}).to_string(),
+        );
+        batch.push('\n');
+    }
+    let mut stdin = server.take_stdin();
+    let sending = tokio::spawn(async move {
+        stdin.write_all(batch.as_bytes()).await.unwrap();
+        stdin
+    });
+    // A measurement window: the server may read and answer as much as it can.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let peak = crate::support::peak_rss_kib(pid);
+    for _ in 0..40 {
+        assert!(server.next().await.unwrap()["result"]["dataBase64"].is_string());
+    }
+    within("the sender", sending).await.unwrap();
+    // Forty replies would be 850 MiB; four running and the outbox stay far below.
+    assert!(peak < 300 * 1024, "peak RSS {peak} KiB with 40 unread 16 MiB replies");
+}
+
+#[tokio::test]
+async fn exited_processes_are_bounded_in_number() {
+    let mut server = Binary::ready(&["--max-processes", "2"]).await;
+    for n in 0..1200 {
+        let id = format!("t{n}");
+        server.result("process/start", start_params(&id, &["true"], json!({}))).await;
+        server.notification("process/closed", &id).await;
+    }
+    let list = server.result("process/list", json!({})).await;
+    let count = list["processes"].as_array().unwrap().len();
+    assert!((1000..=1024).contains(&count), "{count} exited processes are remembered");
+    let first = server.call("process/read", json!({"processId": "t0"})).await;
+    assert_eq!(first["error"], json!({"code": -32600, "message": "unknown process id t0"}));
+    let reply = server.call("process/terminate", json!({"processId": "x".repeat(300)})).await;
+    assert_eq!(reply["error"]["code"], -32602);
+    let nul =
+        json!({"processId": "n", "argv": ["true"], "cwd": "/tm\u{0}p", "env": {}, "tty": false});
+    assert_eq!(
+        server.call("process/start", nul).await["error"],
+        json!({"code": -32602, "message": "cwd holds a NUL byte"})
+    );
+}
