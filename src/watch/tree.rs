@@ -1,7 +1,8 @@
-//! The watched directories of one connection: inotify watch descriptors, the
-//! path each stands for, and which watches see it. Directories are opened
-//! beneath their watch's root without following any symlink, so a recursive
-//! watch never leaves its tree; counts are bounded per connection.
+//! The watched directories of one connection: inotify watch descriptors, and
+//! for each the watches that see it and under which path (one directory can
+//! be reached by two paths: a bind mount, a hard-linked file). Directories are
+//! opened beneath their watch's root without following any symlink, so a
+//! recursive watch never leaves its tree; counts are bounded per connection.
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -15,33 +16,28 @@ use super::inotify::{Inotify, DIR_MASK};
 /// Directories watched at once per connection.
 pub(crate) const MAX_WATCHED_DIRS: usize = 100_000;
 
-/// One watched directory (or file, for a plain watch of a file).
-pub(crate) struct Dir {
-    pub(crate) path: PathBuf,
-    /// The watches that see it.
-    pub(crate) watches: Vec<u64>,
-}
-
 /// Why a directory could not be watched.
 pub(crate) enum AddError {
     /// The connection watches [`MAX_WATCHED_DIRS`] already.
     TooMany,
-    /// The kernel refused (ENOSPC: `fs.inotify.max_user_watches`).
-    Kernel(io::Error),
+    /// The kernel refused this path (ENOSPC: `fs.inotify.max_user_watches`).
+    Kernel(PathBuf, io::Error),
 }
 
+/// Every watched descriptor and its views: (watch, the path it sees it under).
 #[derive(Default)]
 pub(crate) struct Dirs {
-    by_wd: HashMap<i32, Dir>,
-    by_path: HashMap<PathBuf, i32>,
+    views: HashMap<i32, Vec<(u64, PathBuf)>>,
 }
 
 impl Dirs {
-    pub(crate) fn get(&self, wd: i32) -> Option<&Dir> {
-        self.by_wd.get(&wd)
+    /// The views of `wd`.
+    pub(crate) fn views(&self, wd: i32) -> &[(u64, PathBuf)] {
+        self.views.get(&wd).map_or(&[], Vec::as_slice)
     }
 
-    /// Watches `fd` (open on `path`) for `watch`; the wd, and whether it is new.
+    /// Watches `fd` (open on `path`) for `watch`; the wd, and whether this
+    /// watch did not see it yet (a directory it sees already is not entered again).
     pub(crate) fn add(
         &mut self,
         inotify: &Inotify,
@@ -50,78 +46,57 @@ impl Dirs {
         mask: u32,
         watch: u64,
     ) -> Result<(i32, bool), AddError> {
-        if self.by_wd.len() >= MAX_WATCHED_DIRS && !self.by_path.contains_key(path) {
+        if self.views.len() >= MAX_WATCHED_DIRS {
             return Err(AddError::TooMany);
         }
-        let wd = inotify.add(fd, mask).map_err(AddError::Kernel)?;
-        let dir = self
-            .by_wd
-            .entry(wd)
-            .or_insert_with(|| Dir { path: path.to_path_buf(), watches: Vec::new() });
-        let fresh = !dir.watches.contains(&watch);
-        if fresh {
-            dir.watches.push(watch);
+        let wd = inotify.add(fd, mask).map_err(|e| AddError::Kernel(path.to_path_buf(), e))?;
+        let views = self.views.entry(wd).or_default();
+        if views.iter().any(|(w, _)| *w == watch) {
+            return Ok((wd, false));
         }
-        if dir.path != path {
-            // The same directory under a new name (a rename we did not see).
-            self.by_path.remove(&dir.path);
-            dir.path = path.to_path_buf();
-        }
-        self.by_path.insert(path.to_path_buf(), wd);
-        Ok((wd, fresh))
+        views.push((watch, path.to_path_buf()));
+        Ok((wd, true))
     }
 
-    /// `watch` no longer sees `wd`; the kernel watch goes with its last watch.
+    /// `watch` no longer sees `wd`; the kernel watch goes with its last view.
     pub(crate) fn release(&mut self, inotify: &Inotify, wd: i32, watch: u64) {
-        let Some(dir) = self.by_wd.get_mut(&wd) else { return };
-        dir.watches.retain(|w| *w != watch);
-        if dir.watches.is_empty() {
+        let Some(views) = self.views.get_mut(&wd) else { return };
+        views.retain(|(w, _)| *w != watch);
+        if views.is_empty() {
             inotify.remove(wd);
-            self.forget(wd);
+            self.views.remove(&wd);
         }
     }
 
-    /// The kernel dropped `wd` (its directory is gone): forgets it.
-    pub(crate) fn forget(&mut self, wd: i32) -> Option<Dir> {
-        let dir = self.by_wd.remove(&wd)?;
-        if self.by_path.get(&dir.path) == Some(&wd) {
-            self.by_path.remove(&dir.path);
-        }
-        Some(dir)
+    /// The kernel dropped `wd` (its directory is gone).
+    pub(crate) fn forget(&mut self, wd: i32) {
+        self.views.remove(&wd);
     }
 
-    /// Every wd at or beneath `path`.
-    pub(crate) fn beneath(&self, path: &Path) -> Vec<i32> {
-        self.by_wd.iter().filter(|(_, dir)| dir.path.starts_with(path)).map(|(wd, _)| *wd).collect()
-    }
-
-    /// A directory moved from `from` to `to` inside the watched trees.
-    pub(crate) fn renamed(&mut self, from: &Path, to: &Path) {
-        for wd in self.beneath(from) {
-            if let Some(dir) = self.by_wd.get_mut(&wd) {
-                let rest = dir.path.strip_prefix(from).map(Path::to_path_buf).unwrap_or_default();
-                self.by_path.remove(&dir.path);
-                dir.path =
-                    if rest.as_os_str().is_empty() { to.to_path_buf() } else { to.join(rest) };
-                self.by_path.insert(dir.path.clone(), wd);
+    /// Every (wd, watch) whose view lies at or beneath `path`.
+    pub(crate) fn beneath(&self, path: &Path) -> Vec<(i32, u64)> {
+        let mut found = Vec::new();
+        for (wd, views) in &self.views {
+            for (watch, view) in views {
+                if view.starts_with(path) {
+                    found.push((*wd, *watch));
+                }
             }
         }
+        found
     }
 
     /// The wds `watch` sees.
     pub(crate) fn of_watch(&self, watch: u64) -> Vec<i32> {
-        self.by_wd
-            .iter()
-            .filter(|(_, dir)| dir.watches.contains(&watch))
-            .map(|(wd, _)| *wd)
-            .collect()
+        let sees = |views: &Vec<(u64, PathBuf)>| views.iter().any(|(w, _)| *w == watch);
+        self.views.iter().filter(|(_, views)| sees(views)).map(|(wd, _)| *wd).collect()
     }
 }
 
 /// Watches the directory `dir` (at `path`) and, recursively, every directory
 /// beneath it, never through a symlink. `found` receives each entry found
 /// (for directories that appeared after the watch began, they are reported
-/// as created). The wds added are pushed to `added` (for a rollback).
+/// as created). The wds this watch did not see before go to `added` (for a rollback).
 pub(crate) fn add_tree(
     dirs: &mut Dirs,
     inotify: &Inotify,
@@ -134,9 +109,10 @@ pub(crate) fn add_tree(
     let mut stack = vec![(dir, path)];
     while let Some((dir, path)) = stack.pop() {
         let (wd, fresh) = dirs.add(inotify, &dir, &path, DIR_MASK, watch)?;
-        if fresh {
-            added.push(wd);
+        if !fresh {
+            continue;
         }
+        added.push(wd);
         let Ok(entries) = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())) else {
             continue;
         };

@@ -50,6 +50,20 @@ struct Watch {
     recursive: bool,
 }
 
+/// A directory moved away, as it was watched: (wd, watch) pairs, and the watches that saw it.
+struct Moved {
+    pairs: Vec<(i32, u64)>,
+    watchers: Vec<u64>,
+}
+
+/// A directory that appeared in a watched directory.
+struct Appeared {
+    parent: i32,
+    name: std::ffi::OsString,
+    /// Watches it moved within: what it holds is not news to them.
+    quiet: Vec<u64>,
+}
+
 struct Worker {
     roots: Arc<Roots>,
     lines: Sender<String>,
@@ -160,9 +174,16 @@ impl Worker {
                 }
             }
         }
-        let is_dir = std::fs::metadata(format!("/proc/self/fd/{}", root_dir.as_raw_fd()))
-            .map(|m| m.is_dir())
+        let file_type = std::fs::metadata(format!("/proc/self/fd/{}", root_dir.as_raw_fd()))
+            .map(|m| m.file_type())
             .map_err(|e| ErrorObject::internal(format!("cannot watch {shown}: {e}")))?;
+        let is_dir = file_type.is_dir();
+        if !is_dir && !file_type.is_file() {
+            // A FIFO, socket or device (the server's own stdio among them) is not watched.
+            return Err(ErrorObject::invalid_request(format!(
+                "cannot watch {shown}: it is not a directory or a regular file"
+            )));
+        }
         if params.recursive && !is_dir {
             return Err(ErrorObject::invalid_request(format!(
                 "cannot watch {shown} recursively: it is not a directory"
@@ -183,7 +204,8 @@ impl Worker {
         let root = crate::fs::clean_path(&params.path);
         let mut added = Vec::new();
         let outcome = if params.recursive {
-            let dir = open_beneath(&root_dir, Path::new(".")).map_err(AddError::Kernel);
+            let dir = open_beneath(&root_dir, Path::new("."))
+                .map_err(|e| AddError::Kernel(root.clone(), e));
             dir.and_then(|dir| {
                 add_tree(&mut self.dirs, inotify, dir, root.clone(), watch, &mut added, &mut |_| {})
             })
@@ -229,70 +251,86 @@ impl Worker {
                 return;
             }
         };
-        let mut moved_from: HashMap<u32, PathBuf> = HashMap::new();
-        let mut appeared: Vec<(i32, PathBuf)> = Vec::new();
+        let mut moved: HashMap<u32, Moved> = HashMap::new();
+        let mut appeared: Vec<Appeared> = Vec::new();
+        let mut lost = false;
         for event in events {
-            self.event(event, &mut moved_from, &mut appeared);
+            lost |= self.event(event, &mut moved, &mut appeared);
         }
-        // A directory moved out of every watched tree: its watches go.
-        for from in moved_from.into_values() {
-            if let Some(inotify) = &self.inotify {
-                for wd in self.dirs.beneath(&from) {
-                    let watches = self.dirs.get(wd).map(|d| d.watches.clone()).unwrap_or_default();
-                    for watch in watches {
-                        self.dirs.release(inotify, wd, watch);
-                    }
-                }
-            }
+        // Directories moved out of every watched tree: their watches go.
+        for gone in moved.into_values() {
+            self.release(&gone.pairs);
         }
-        for (parent, path) in appeared {
-            self.follow_new_directory(parent, &path);
+        for appeared in appeared {
+            self.follow_new_directory(&appeared);
+        }
+        if lost {
+            self.rescan();
         }
         if !self.pending.is_empty() && self.flush_at.is_none() {
             self.flush_at = Some(Instant::now() + COALESCE_WINDOW);
         }
     }
 
+    /// Applies one event; true when the kernel lost events.
     fn event(
         &mut self,
         event: RawEvent,
-        moved_from: &mut HashMap<u32, PathBuf>,
-        appeared: &mut Vec<(i32, PathBuf)>,
-    ) {
+        moved: &mut HashMap<u32, Moved>,
+        appeared: &mut Vec<Appeared>,
+    ) -> bool {
         if event.mask & libc::IN_Q_OVERFLOW != 0 {
             for watch in self.watches.keys() {
                 self.pending.overflow(*watch);
             }
-            return;
+            return true;
         }
         if event.mask & libc::IN_IGNORED != 0 {
             self.dirs.forget(event.wd);
-            return;
+            return false;
         }
-        let Some(dir) = self.dirs.get(event.wd) else { return };
+        let views = self.dirs.views(event.wd).to_vec();
+        if views.is_empty() {
+            return false;
+        }
+        let name = OsStr::from_bytes(&event.name);
         let is_self = event.name.is_empty();
-        let path =
-            if is_self { dir.path.clone() } else { dir.path.join(OsStr::from_bytes(&event.name)) };
-        let watchers = dir.watches.clone();
         let is_dir = event.mask & libc::IN_ISDIR != 0;
+        let path_in = |view: &Path| if is_self { view.to_path_buf() } else { view.join(name) };
         let kind = if event.mask & libc::IN_CREATE != 0 {
             if is_dir {
-                appeared.push((event.wd, path.clone()));
+                appeared.push(Appeared {
+                    parent: event.wd,
+                    name: name.to_owned(),
+                    quiet: Vec::new(),
+                });
             }
             ChangeKind::Created
         } else if event.mask & libc::IN_DELETE != 0 {
             ChangeKind::Removed
         } else if event.mask & libc::IN_MOVED_FROM != 0 {
             if is_dir {
-                moved_from.insert(event.cookie, path.clone());
+                // What the directory was watched as, captured now: later events may reuse its name.
+                let mut pairs = Vec::new();
+                for (_, view) in &views {
+                    pairs.extend(self.dirs.beneath(&view.join(name)));
+                }
+                let watchers = views.iter().map(|(w, _)| *w).collect();
+                moved.insert(event.cookie, Moved { pairs, watchers });
             }
             ChangeKind::RenamedFrom
         } else if event.mask & libc::IN_MOVED_TO != 0 {
             if is_dir {
-                match moved_from.remove(&event.cookie) {
-                    Some(from) => self.dirs.renamed(&from, &path),
-                    None => appeared.push((event.wd, path.clone())),
-                }
+                // Watched again from scratch under its new parent's watches: a
+                // move between trees, or an exchange, must not keep old paths.
+                let quiet = match moved.remove(&event.cookie) {
+                    Some(from) => {
+                        self.release(&from.pairs);
+                        from.watchers
+                    }
+                    None => Vec::new(),
+                };
+                appeared.push(Appeared { parent: event.wd, name: name.to_owned(), quiet });
             }
             ChangeKind::RenamedTo
         } else if event.mask & (libc::IN_MODIFY | libc::IN_CLOSE_WRITE) != 0 {
@@ -306,47 +344,79 @@ impl Worker {
             } else {
                 ChangeKind::RenamedFrom
             };
-            for watch in watchers {
-                if self.watches.get(&watch).is_some_and(|w| w.root == path) {
-                    self.pending.push(watch, &path, kind);
+            for (watch, view) in &views {
+                if self.watches.get(watch).is_some_and(|w| &w.root == view) {
+                    self.pending.push(*watch, view, kind);
                 }
             }
-            return;
+            return false;
         } else {
-            return;
+            return false;
         };
         if is_self && kind != ChangeKind::Modified && kind != ChangeKind::Metadata {
-            return;
+            return false;
         }
-        for watch in watchers {
-            self.pending.push(watch, &path, kind);
+        for (watch, view) in &views {
+            self.pending.push(*watch, &path_in(view), kind);
+        }
+        false
+    }
+
+    fn release(&mut self, pairs: &[(i32, u64)]) {
+        if let Some(inotify) = &self.inotify {
+            for (wd, watch) in pairs {
+                self.dirs.release(inotify, *wd, *watch);
+            }
         }
     }
 
     /// A directory appeared in a watched directory (made, or moved in): the
     /// recursive watches that see its parent watch it and what it holds, and
-    /// report what it held already as created.
-    fn follow_new_directory(&mut self, parent: i32, path: &Path) {
-        let watchers = self.dirs.get(parent).map(|d| d.watches.clone()).unwrap_or_default();
-        for watch in watchers {
+    /// report what it held as created (not to a watch it was moved within).
+    fn follow_new_directory(&mut self, appeared: &Appeared) {
+        for (watch, parent) in self.dirs.views(appeared.parent).to_vec() {
             let Some(state) = self.watches.get(&watch).filter(|w| w.recursive) else { continue };
             let Some(inotify) = &self.inotify else { return };
+            let path = parent.join(&appeared.name);
             let Ok(relative) = path.strip_prefix(&state.root) else { continue };
             let dir = match open_beneath(&state.root_dir, relative) {
                 Ok(dir) => dir,
                 // Gone already (its removal is reported), or swapped for a link: not followed.
                 Err(_) => continue,
             };
+            let quiet = appeared.quiet.contains(&watch);
             let mut added = Vec::new();
             let followed = {
                 let pending = &mut self.pending;
-                let mut report = |found: &Path| pending.push(watch, found, ChangeKind::Created);
-                let path = path.to_path_buf();
-                add_tree(&mut self.dirs, inotify, dir, path, watch, &mut added, &mut report)
+                let mut report = |found: &Path| {
+                    if !quiet {
+                        pending.push(watch, found, ChangeKind::Created);
+                    }
+                };
+                add_tree(&mut self.dirs, inotify, dir, path.clone(), watch, &mut added, &mut report)
             };
             if followed.is_err() {
                 // Beyond a limit: the client rescans the root instead.
                 tracing::warn!(path = %path.display(), "a watch cannot follow a new directory; reporting an overflow");
+                self.pending.overflow(watch);
+            }
+        }
+    }
+
+    /// The kernel lost events: directories made meanwhile were never added.
+    /// Each recursive watch walks its tree again and watches what it lacks
+    /// (its root's overflow tells the client to rescan too).
+    fn rescan(&mut self) {
+        let recursive: Vec<u64> =
+            self.watches.iter().filter(|(_, w)| w.recursive).map(|(id, _)| *id).collect();
+        for watch in recursive {
+            let Some(state) = self.watches.get(&watch) else { continue };
+            let Some(inotify) = &self.inotify else { return };
+            let Ok(dir) = open_beneath(&state.root_dir, Path::new(".")) else { continue };
+            let mut added = Vec::new();
+            let root = state.root.clone();
+            if add_tree(&mut self.dirs, inotify, dir, root, watch, &mut added, &mut |_| {}).is_err()
+            {
                 self.pending.overflow(watch);
             }
         }
@@ -408,7 +478,7 @@ fn add_error(shown: &str, error: AddError) -> ErrorObject {
         AddError::TooMany => ErrorObject::invalid_request(format!(
             "cannot watch {shown}: it needs more than {MAX_WATCHED_DIRS} watched directories, the limit per connection"
         )),
-        AddError::Kernel(error) if error.raw_os_error() == Some(libc::ENOSPC) => {
+        AddError::Kernel(_, error) if error.raw_os_error() == Some(libc::ENOSPC) => {
             let limit = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_watches")
                 .map(|text| text.trim().to_owned())
                 .unwrap_or_else(|_| "?".to_owned());
@@ -416,7 +486,9 @@ fn add_error(shown: &str, error: AddError) -> ErrorObject {
                 "cannot watch {shown}: the kernel's limit of inotify watches (fs.inotify.max_user_watches = {limit}) is reached"
             ))
         }
-        AddError::Kernel(error) => ErrorObject::internal(format!("cannot watch {shown}: {error}")),
+        AddError::Kernel(path, error) => {
+            ErrorObject::internal(format!("cannot watch {shown}: {}: {error}", path.display()))
+        }
     }
 }
 

@@ -282,6 +282,15 @@ async fn limits_are_named() {
         reply["error"],
         json!({"code": -32600, "message": format!("cannot watch {} recursively: it is not a directory", dir.join("file").display())})
     );
+    // The server's own stdout (a pipe), a device: not watched (a watch of its
+    // own output would report every notification it sends).
+    for path in ["/proc/self/fd/1", "/dev/null"] {
+        let reply = server.call("fs/watch", json!({"path": path})).await;
+        assert_eq!(
+            reply["error"],
+            json!({"code": -32600, "message": format!("cannot watch {path}: it is not a directory or a regular file")})
+        );
+    }
     for n in 0..256 {
         let reply = server.call("fs/watch", json!({"path": dir})).await;
         assert_eq!(reply["result"]["watchId"], format!("w{}", n + 1));
@@ -291,4 +300,56 @@ async fn limits_are_named() {
         reply["error"],
         json!({"code": -32600, "message": format!("cannot watch {}: too many watches, the limit is 256 per connection", dir.display())})
     );
+}
+
+/// Directories moved between watches, out of a plain watch into a recursive
+/// one, and exchanged in place are watched under the path they have now.
+#[tokio::test]
+async fn moved_and_exchanged_directories_are_watched_where_they_are() {
+    let base = scratch("watch-moves");
+    for dir in ["a", "b", "c", "w"] {
+        std::fs::create_dir(base.join(dir)).unwrap();
+    }
+    let launcher = launch().await;
+    let client = launcher.client();
+    let (mut a, mut b) = (
+        client.watch(base.join("a"), true).await.unwrap(),
+        client.watch(base.join("b"), true).await.unwrap(),
+    );
+    let mut c = client.watch(base.join("c"), false).await.unwrap();
+    let mut w = client.watch(base.join("w"), true).await.unwrap();
+    std::fs::create_dir(base.join("a/d")).unwrap();
+    collect_until(&mut a, &base.join("a/d")).await;
+    std::fs::rename(base.join("a/d"), base.join("b/d")).unwrap();
+    std::fs::write(base.join("b/d/x"), "").unwrap();
+    let seen = collect_until(&mut b, &base.join("b/d/x")).await;
+    assert_eq!(seen.get(&base.join("b/d")), Some(&vec![ChangeKind::RenamedTo]));
+    std::fs::create_dir(base.join("c/e")).unwrap();
+    collect_until(&mut c, &base.join("c/e")).await;
+    std::fs::rename(base.join("c/e"), base.join("a/e")).unwrap();
+    std::fs::write(base.join("a/e/y"), "").unwrap();
+    collect_until(&mut a, &base.join("a/e/y")).await;
+    std::fs::create_dir(base.join("w/p")).unwrap();
+    std::fs::create_dir(base.join("w/q")).unwrap();
+    std::fs::write(base.join("w/q/inq"), "").unwrap();
+    collect_until(&mut w, &base.join("w/q/inq")).await;
+    let (p, q) = (
+        std::ffi::CString::new(base.join("w/p").to_str().unwrap()).unwrap(),
+        std::ffi::CString::new(base.join("w/q").to_str().unwrap()).unwrap(),
+    );
+    // SAFETY: two NUL-terminated paths; RENAME_EXCHANGE swaps them.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            p.as_ptr(),
+            libc::AT_FDCWD,
+            q.as_ptr(),
+            2,
+        )
+    };
+    assert_eq!(rc, 0);
+    std::fs::write(base.join("w/p/now-in-p"), "").unwrap();
+    let seen = collect_until(&mut w, &base.join("w/p/now-in-p")).await;
+    assert!(!seen.keys().any(|path| path.starts_with(base.join("w/q/now-in-p"))), "{seen:?}");
 }
