@@ -42,7 +42,6 @@ pub const READ_LIMIT: u64 = 512 * 1024 * 1024;
 
 type FsResult<T> = Result<T, ErrorObject>;
 
-/// `fs/createDirectory`; recursive by default.
 /// Opens `path` (`O_PATH`, confined as every fs path) for a watch.
 pub(crate) fn open_for_watch(
     roots: &Roots,
@@ -52,6 +51,7 @@ pub(crate) fn open_for_watch(
     located.open(libc::O_PATH | libc::O_CLOEXEC).map_err(|e| located.fail(FsOp::Watch, e))
 }
 
+/// `fs/createDirectory`; recursive by default.
 pub(crate) fn create_directory(roots: &Roots, params: CreateDirectoryParams) -> FsResult<Empty> {
     let op = FsOp::CreateDirectory;
     let located = roots.locate(&params.path)?;

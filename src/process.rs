@@ -548,6 +548,7 @@ impl ProcessTable {
     /// with the rate of starts while each waits its 30 s to be forgotten.
     fn keep_reserved_bound(&mut self) {
         self.reserved.retain(|serial| self.ids.contains_key(serial));
+        self.exited.retain(|serial| self.ids.contains_key(serial));
         let mut tries = self.reserved.len();
         while self.reserved.len() > MAX_EXITED && tries > 0 {
             tries -= 1;

@@ -30,7 +30,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::Mutex;
 
 /// The environment variable that names mechanisms to treat as missing
 /// (comma-separated: `landlock`, `seccomp`, `userns`); for tests of the refusal.
@@ -105,13 +105,18 @@ fn nul() -> io::Error {
 /// only this process holds the write end (close-on-exec, made after the
 /// watcher's fork): it reaches end of file exactly when the server is gone.
 fn life_pipe() -> io::Result<RawFd> {
-    static LIFE: OnceLock<Result<(OwnedFd, OwnedFd), String>> = OnceLock::new();
-    match LIFE.get_or_init(|| pipe().map_err(|e| e.to_string())) {
-        Ok((read, _write)) => Ok(read.as_raw_fd()),
-        Err(error) => {
-            Err(io::Error::other(format!("cannot create the sandbox's life pipe: {error}")))
-        }
+    // Only success is kept: a transient failure (EMFILE) is tried again next time.
+    static LIFE: Mutex<Option<(OwnedFd, OwnedFd)>> = Mutex::new(None);
+    let mut life = LIFE.lock().unwrap_or_else(|p| p.into_inner());
+    if life.is_none() {
+        let created = pipe().map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot create the sandbox's life pipe: {e}"))
+        })?;
+        *life = Some(created);
     }
+    life.as_ref()
+        .map(|(read, _write)| read.as_raw_fd())
+        .ok_or_else(|| io::Error::other("no life pipe"))
 }
 
 /// A pipe (read end, write end), close-on-exec, both above 2 and away from 3

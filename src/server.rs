@@ -187,7 +187,7 @@ where
         let timer = state.table.next_deadline();
         let room = outbox.has_room();
         // A full fs queue holds the input back too (pipelined calls wait).
-        let take_input = room && state.fs.has_room();
+        let take_input = room && state.fs.has_room() && state.watches.has_room();
         let spin = state.fs.spinning();
         tokio::select! {
             message = incoming.recv(), if input_open && take_input => match message {

@@ -20,6 +20,7 @@ mod worker;
 pub(crate) use self::worker::Command;
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 
@@ -31,10 +32,16 @@ use crate::protocol::{encode_response, Empty, ErrorObject, RequestId};
 /// against the pending bound soon, as changes then wait in the thread.
 const LINES: usize = 2;
 
+/// Commands the thread may have waiting; at this many the loop takes no more
+/// input until it catches up (a recursive watch of a large tree takes a while).
+const COMMANDS: usize = 16;
+
 /// A connection's watches, as the loop sees them.
 pub(crate) struct Watcher {
     roots: Arc<Roots>,
     worker: Option<Handle>,
+    /// Commands handed over and not yet handled by the thread.
+    outstanding: Arc<AtomicUsize>,
 }
 
 struct Handle {
@@ -45,14 +52,19 @@ struct Handle {
 
 impl Watcher {
     pub(crate) fn new(roots: Arc<Roots>) -> Watcher {
-        Watcher { roots, worker: None }
+        Watcher { roots, worker: None, outstanding: Arc::default() }
+    }
+
+    /// Whether another command may be taken (see [`COMMANDS`]).
+    pub(crate) fn has_room(&self) -> bool {
+        self.outstanding.load(Ordering::Acquire) < COMMANDS
     }
 
     /// Hands a command to the thread (started on first use); its reply comes
     /// from [`Watcher::next_line`]. An error reply now if the thread cannot start.
     pub(crate) fn submit(&mut self, id: &RequestId, command: Command) -> Option<String> {
         if self.worker.is_none() {
-            match start(self.roots.clone()) {
+            match start(self.roots.clone(), self.outstanding.clone()) {
                 Ok(handle) => self.worker = Some(handle),
                 Err(error) => {
                     let error =
@@ -62,7 +74,9 @@ impl Watcher {
             }
         }
         let handle = self.worker.as_ref()?;
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
         if handle.commands.send(command).is_err() {
+            self.outstanding.fetch_sub(1, Ordering::AcqRel);
             let error = ErrorObject::internal("the watcher thread is gone");
             return Some(encode_response::<Empty>(id, &Err(error)));
         }
@@ -92,7 +106,7 @@ impl Drop for Handle {
     }
 }
 
-fn start(roots: Arc<Roots>) -> std::io::Result<Handle> {
+fn start(roots: Arc<Roots>, outstanding: Arc<AtomicUsize>) -> std::io::Result<Handle> {
     // SAFETY: a new eventfd, or -1.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
     if fd < 0 {
@@ -106,7 +120,7 @@ fn start(roots: Arc<Roots>) -> std::io::Result<Handle> {
     // Detached, like the spawner: it ends when its connection drops the handle.
     std::thread::Builder::new()
         .name("exec-server-watch".into())
-        .spawn(move || worker::run(queue, thread_wake, lines_tx, roots))?;
+        .spawn(move || worker::run(queue, thread_wake, lines_tx, roots, outstanding))?;
     Ok(Handle { commands, wake, lines })
 }
 

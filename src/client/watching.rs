@@ -29,12 +29,20 @@ pub(crate) struct WatchRoute {
 pub(crate) struct WatchRoutes {
     routes: HashMap<String, WatchRoute>,
     unclaimed: Vec<ChangedParams>,
+    /// Watches ended lately: their late batches are dropped, not kept as unclaimed.
+    ended: std::collections::VecDeque<String>,
 }
+
+/// Ended watch ids remembered.
+const ENDED: usize = 256;
 
 impl WatchRoutes {
     /// Routes one `fs/changed`.
     pub(crate) fn deliver(&mut self, params: ChangedParams) {
         let Some(route) = self.routes.get_mut(&params.watch_id) else {
+            if self.ended.contains(&params.watch_id) {
+                return;
+            }
             if self.unclaimed.len() < UNCLAIMED {
                 self.unclaimed.push(params);
             }
@@ -46,6 +54,15 @@ impl WatchRoutes {
             batch.insert(0, overflow);
         }
         route.lost = route.changes.try_send(batch).is_err();
+    }
+
+    /// `id` ended: its route goes, and what still comes for it is dropped.
+    pub(crate) fn end(&mut self, id: &str) {
+        self.routes.remove(id);
+        if self.ended.len() >= ENDED {
+            self.ended.pop_front();
+        }
+        self.ended.push_back(id.to_owned());
     }
 
     pub(crate) fn clear(&mut self) {
@@ -80,7 +97,7 @@ impl Watch {
     /// Ends the watch and waits for the server to confirm.
     pub async fn unwatch(mut self) -> Result<(), Error> {
         self.ended = true;
-        lock(&self.client.shared().watches).routes.remove(&self.id);
+        lock(&self.client.shared().watches).end(&self.id);
         self.client.call::<Unwatch>(&UnwatchParams { watch_id: self.id.clone() }).await?;
         Ok(())
     }
@@ -89,7 +106,7 @@ impl Watch {
 impl Drop for Watch {
     fn drop(&mut self) {
         if !self.ended {
-            lock(&self.client.shared().watches).routes.remove(&self.id);
+            lock(&self.client.shared().watches).end(&self.id);
             self.client.send_and_forget::<Unwatch>(&UnwatchParams { watch_id: self.id.clone() });
         }
     }

@@ -23,7 +23,7 @@ pub(super) enum Outcome {
 }
 
 /// The 503 a connection over `--max-connections` gets, written without reading its request.
-pub(super) const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 43\r\nConnection: close\r\nRetry-After: 1\r\n\r\nthe server has too many connections (503)\n";
+pub(super) const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 42\r\nConnection: close\r\nRetry-After: 1\r\n\r\nthe server has too many connections (503)\n";
 
 /// Reads the request, answers it, and says what happened.
 pub(super) async fn handshake<S>(stream: &mut S, token: Option<&str>) -> io::Result<Outcome>
@@ -170,7 +170,8 @@ where
         401 => "Unauthorized",
         403 => "Forbidden",
         426 => "Upgrade Required",
-        _ => "Service Unavailable",
+        503 => "Service Unavailable",
+        _ => "Error",
     };
     let body = format!("{text} ({status})\n");
     let response = format!(
@@ -260,6 +261,13 @@ mod tests {
         }
         let (outcome, _) = answer(&format!("{UPGRADE}\r\n{{\"first\":1}}"), None).await;
         assert_eq!(outcome, Outcome::Upgraded { leftover: b"{\"first\":1}".to_vec() });
+    }
+
+    #[test]
+    fn the_busy_answer_says_its_length() {
+        let text = std::str::from_utf8(BUSY).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.contains(&format!("Content-Length: {}", body.len())), "{head}");
     }
 
     #[test]

@@ -264,7 +264,7 @@ pub enum SandboxType {
     /// Not confined.
     #[default]
     None,
-    /// Namespaces (user, mount, PID, network), Landlock and seccomp (see README, "Sandbox").
+    /// Namespaces (user, mount, PID, IPC), a read-only mount view, Landlock and seccomp (see README, "Sandbox").
     LinuxLandlock,
 }
 

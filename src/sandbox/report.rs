@@ -59,14 +59,19 @@ pub(crate) fn read(report: &OwnedFd) -> Result<(), Failure> {
         let mut poll = libc::pollfd { fd: report.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         let timeout = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX).max(1);
         // SAFETY: one valid pollfd.
-        if unsafe { libc::poll(&mut poll, 1, timeout) } < 0 {
-            let error = io::Error::last_os_error();
-            if error.kind() == io::ErrorKind::Interrupted {
-                continue;
+        match unsafe { libc::poll(&mut poll, 1, timeout) } {
+            // Nothing yet: the deadline is checked again (the read below would block).
+            0 => continue,
+            n if n < 0 => {
+                let error = io::Error::last_os_error();
+                if error.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(Failure::Setup(format!(
+                    "cannot read the sandbox helper's report: {error}"
+                )));
             }
-            return Err(Failure::Setup(format!(
-                "cannot read the sandbox helper's report: {error}"
-            )));
+            _ => {}
         }
         // SAFETY: a valid buffer of the given length.
         let n = unsafe { libc::read(report.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len()) };

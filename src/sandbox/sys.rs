@@ -98,7 +98,7 @@ pub(crate) fn stdio_to_null() {
     }
 }
 
-/// `fstat` of a descriptor (or of `.` with `AT_FDCWD` semantics through `fd`).
+/// `(st_dev, st_ino)` of the working directory.
 pub(crate) fn stat_cwd() -> Result<(u64, u64), String> {
     // SAFETY: `stat` is plain data that stat fills in.
     let mut stat: libc::stat = unsafe { std::mem::zeroed() };

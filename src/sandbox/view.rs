@@ -42,7 +42,10 @@ pub(crate) fn build(roots: &Roots, cwd: &Path) -> Result<(), String> {
             std::ptr::null(),
         )
     };
-    check(rc.into(), "cannot make the mounts private to the sandbox")?;
+    check(
+        rc.into(),
+        "cannot make the sandbox's mounts slaves of the host's (they receive, never send)",
+    )?;
     let mut copies = Vec::new();
     for root in writable {
         copies.push((root, open_tree(&root.dir, &root.path)?));

@@ -122,7 +122,7 @@ impl FsCalls {
         }
         if self.queue.len() >= FS_QUEUED {
             let error = ErrorObject::invalid_request(format!(
-                "too many fs calls waiting: {} wait behind {} running (the limit is {FS_QUEUED} calls or {FS_QUEUED_BYTES} bytes); wait for replies before sending more",
+                "too many fs calls waiting: {} wait behind {} running (the limit is {FS_QUEUED} calls); wait for replies before sending more",
                 self.queue.len(),
                 self.running.len()
             ));
@@ -328,7 +328,7 @@ mod queue_tests {
         assert_eq!(
             refused.as_deref(),
             Some(
-                r#"{"id":-7,"error":{"code":-32600,"message":"too many fs calls waiting: 64 wait behind 4 running (the limit is 64 calls or 67108864 bytes); wait for replies before sending more"}}"#
+                r#"{"id":-7,"error":{"code":-32600,"message":"too many fs calls waiting: 64 wait behind 4 running (the limit is 64 calls); wait for replies before sending more"}}"#
             )
         );
         let mut out = Vec::new();

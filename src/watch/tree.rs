@@ -105,7 +105,10 @@ pub(crate) fn add_tree(
     watch: u64,
     added: &mut Vec<i32>,
     found: &mut dyn FnMut(&Path),
-) -> Result<(), AddError> {
+) -> Result<bool, AddError> {
+    // False once a directory could not be listed or entered (no permission,
+    // gone meanwhile): the caller reports an overflow, never a silently partial watch.
+    let mut complete = true;
     let mut stack = vec![(dir, path)];
     while let Some((dir, path)) = stack.pop() {
         let (wd, fresh) = dirs.add(inotify, &dir, &path, DIR_MASK, watch)?;
@@ -114,19 +117,21 @@ pub(crate) fn add_tree(
         }
         added.push(wd);
         let Ok(entries) = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())) else {
+            complete = false;
             continue;
         };
         for entry in entries.flatten() {
             let child = path.join(entry.file_name());
             found(&child);
             if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                if let Ok(child_dir) = open_beneath(&dir, Path::new(&entry.file_name())) {
-                    stack.push((child_dir, child));
+                match open_beneath(&dir, Path::new(&entry.file_name())) {
+                    Ok(child_dir) => stack.push((child_dir, child)),
+                    Err(_) => complete = false,
                 }
             }
         }
     }
-    Ok(())
+    Ok(complete)
 }
 
 /// Opens `relative` beneath `base` (`O_PATH`, a directory), following no

@@ -2,8 +2,9 @@
 //! watched directories, answers `fs/watch` and `fs/unwatch` (which make
 //! system calls on paths a client named, so they never run on the loop),
 //! turns events into changes, and sends them in `fs/changed` batches every
-//! [`COALESCE_WINDOW`]. Sends never wait for the loop: what the loop cannot
-//! take yet stays pending (bounded, see `pending`).
+//! [`COALESCE_WINDOW`]. Change batches never wait for the loop: what it cannot
+//! take yet stays pending (bounded, see `pending`); a reply to a command waits
+//! for room (the loop takes no new command meanwhile, see `Watcher::has_room`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
@@ -11,6 +12,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -81,6 +83,7 @@ pub(crate) fn run(
     wake: Arc<OwnedFd>,
     lines: Sender<String>,
     roots: Arc<Roots>,
+    outstanding: Arc<AtomicUsize>,
 ) {
     let mut worker = Worker {
         roots,
@@ -116,7 +119,9 @@ pub(crate) fn run(
         loop {
             match commands.try_recv() {
                 Ok(command) => {
-                    if !worker.command(command) {
+                    let answered = worker.command(command);
+                    outstanding.fetch_sub(1, Ordering::AcqRel);
+                    if !answered {
                         return;
                     }
                 }
@@ -159,7 +164,7 @@ impl Worker {
         }
         let root_dir = crate::fs::open_for_watch(&self.roots, &params.path)?;
         let real = std::fs::read_link(format!("/proc/self/fd/{}", root_dir.as_raw_fd()))
-            .unwrap_or_else(|_| params.path.clone());
+            .map_err(|e| ErrorObject::internal(format!("cannot watch {shown}: {e}")))?;
         if let Some(sandbox) = params.sandbox.as_ref().filter(|s| s.mode == SandboxMode::Restricted)
         {
             if let Some(readable) = &sandbox.readable_roots {
@@ -211,13 +216,24 @@ impl Worker {
             })
         } else {
             let mask = if is_dir { DIR_MASK } else { FILE_MASK };
-            self.dirs.add(inotify, &root_dir, &root, mask, watch).map(|(wd, _)| added.push(wd))
+            self.dirs.add(inotify, &root_dir, &root, mask, watch).map(|(wd, _)| {
+                added.push(wd);
+                true
+            })
         };
-        if let Err(error) = outcome {
-            for wd in added {
-                self.dirs.release(inotify, wd, watch);
+        match outcome {
+            Ok(true) => {}
+            // A directory beneath could not be entered: an overflow says so at once.
+            Ok(false) => {
+                self.pending.overflow(watch);
+                self.flush_at.get_or_insert(Instant::now() + COALESCE_WINDOW);
             }
-            return Err(add_error(&shown, error));
+            Err(error) => {
+                for wd in added {
+                    self.dirs.release(inotify, wd, watch);
+                }
+                return Err(add_error(&shown, error));
+            }
         }
         self.next_watch += 1;
         self.watches.insert(watch, Watch { root, root_dir, recursive: params.recursive });
@@ -395,8 +411,8 @@ impl Worker {
                 };
                 add_tree(&mut self.dirs, inotify, dir, path.clone(), watch, &mut added, &mut report)
             };
-            if followed.is_err() {
-                // Beyond a limit: the client rescans the root instead.
+            if !matches!(followed, Ok(true)) {
+                // Beyond a limit, or a directory it cannot enter: the client rescans the root.
                 tracing::warn!(path = %path.display(), "a watch cannot follow a new directory; reporting an overflow");
                 self.pending.overflow(watch);
             }
@@ -415,8 +431,9 @@ impl Worker {
             let Ok(dir) = open_beneath(&state.root_dir, Path::new(".")) else { continue };
             let mut added = Vec::new();
             let root = state.root.clone();
-            if add_tree(&mut self.dirs, inotify, dir, root, watch, &mut added, &mut |_| {}).is_err()
-            {
+            let walked =
+                add_tree(&mut self.dirs, inotify, dir, root, watch, &mut added, &mut |_| {});
+            if !matches!(walked, Ok(true)) {
                 self.pending.overflow(watch);
             }
         }

@@ -493,6 +493,22 @@ async fn a_helper_that_is_not_ours_is_refused() {
     assert!(!marker.exists());
 }
 
+/// A helper that says nothing and stays alive is refused after 10 s, and killed.
+#[tokio::test]
+async fn a_silent_helper_is_refused_after_the_report_timeout() {
+    let tree = Tree::new("silent", User::Current);
+    let helper = tree.base.join("silent-helper");
+    std::fs::write(&helper, "#!/bin/sh\nexec sleep 60\n").unwrap();
+    std::fs::set_permissions(&helper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = Config { sandbox_helper: Some(helper), ..Config::default() };
+    let mut h = Harness::ready_with(config).await;
+    let params = sandboxed("x", &["true"], tree.w(), json!({}), restricted(tree.w()));
+    assert_eq!(
+        h.error("process/start", params).await,
+        json!({"code": -32600, "message": "cannot sandbox `true`: the sandbox helper did not report within 10 s"})
+    );
+}
+
 /// The client half: one `StartParams::sandbox` for the local and the remote executor.
 #[tokio::test]
 async fn both_executors_take_the_same_sandbox() {
