@@ -17,7 +17,7 @@ pub(crate) mod names;
 mod open;
 mod read;
 mod roots;
-mod sys;
+pub(crate) mod sys;
 mod walk;
 mod write;
 

@@ -83,6 +83,8 @@ where
     // Resolved once: a bad root fails at start, and connections share the descriptors.
     let roots = Arc::new(Roots::new(&options.config.roots)?);
     let budget = MessageBudget::new(MESSAGE_BUDGET, options.config.max_message_bytes);
+    // Every connection's retained output counts against one server-wide account.
+    let retained = Arc::new(crate::process::Account::default());
     let options = Arc::new(options);
     let (stop, stopped) = watch::channel(false);
     // Each connection's thread holds a sender; all gone means all ended.
@@ -102,6 +104,7 @@ where
                         options: options.clone(),
                         roots: roots.clone(),
                         budget: budget.clone(),
+                        retained: retained.clone(),
                         stopped: stopped.clone(),
                         _done: done.clone(),
                         active: ActiveGuard::new(&active),
@@ -186,6 +189,7 @@ struct Context {
     options: Arc<ListenOptions>,
     roots: Arc<Roots>,
     budget: MessageBudget,
+    retained: Arc<crate::process::Account>,
     stopped: watch::Receiver<bool>,
     _done: mpsc::Sender<()>,
     active: ActiveGuard,
@@ -227,7 +231,7 @@ fn start_connection(stream: TcpStream, peer: SocketAddr, context: Context) {
 }
 
 async fn connection(mut stream: TcpStream, peer: SocketAddr, context: Context) {
-    let Context { options, roots, budget, mut stopped, _done, active } = context;
+    let Context { options, roots, budget, retained, mut stopped, _done, active } = context;
     let _active = active;
     let _ = stream.set_nodelay(true);
     drop_dead_peers(&stream);
@@ -255,7 +259,7 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, context: Context) {
     let shutdown = async move {
         let _ = stopped.wait_for(|stop| *stop).await;
     };
-    if let Err(error) = serve(channels, roots, &config, shutdown).await {
+    if let Err(error) = serve(channels, roots, &config, retained, shutdown).await {
         tracing::info!(%peer, %error, "connection ended with an error");
     }
     tracing::info!(%peer, "connection closed");

@@ -45,7 +45,9 @@ use crate::protocol::{
 };
 use crate::sandbox;
 
+pub(crate) use self::output::Account;
 pub(crate) use self::output::RETAINED_BYTES;
+pub(crate) use self::spawn::pipe;
 /// Default budget of one connection's retained output (charged bytes).
 pub(crate) const CONNECTION_RETAINED: usize = 64 * 1024 * 1024;
 
@@ -104,6 +106,8 @@ pub(crate) struct Limits {
     pub(crate) connection_retained: usize,
     /// Retained output of the whole server (charged bytes).
     pub(crate) server_retained: usize,
+    /// The whole server's account of retained output.
+    pub(crate) server_account: Arc<output::Account>,
     pub(crate) reservation: Duration,
     /// How processes are confined.
     pub(crate) sandbox: sandbox::Settings,
@@ -168,6 +172,7 @@ pub(crate) struct ProcessTable {
 impl ProcessTable {
     /// A table whose processes report on `events`.
     pub(crate) fn new(events: mpsc::Sender<ProcEvent>, limits: Limits) -> ProcessTable {
+        let account = Arc::new(output::Account::child_of(limits.server_account.clone()));
         ProcessTable {
             entries: HashMap::new(),
             ids: HashMap::new(),
@@ -181,7 +186,7 @@ impl ProcessTable {
             spawner: spawner::Spawner::default(),
             closing: false,
             limits,
-            account: Arc::default(),
+            account,
             exited: VecDeque::new(),
             reserved: VecDeque::new(),
         }
@@ -524,7 +529,7 @@ impl ProcessTable {
     fn keep_retention_budgets(&mut self, pushed: u64) {
         let over = |table: &ProcessTable| {
             table.account.bytes() > table.limits.connection_retained
-                || output::server_retained() > table.limits.server_retained
+                || table.limits.server_account.bytes() > table.limits.server_retained
         };
         while over(self) {
             if let Some(serial) = self.exited.pop_front() {

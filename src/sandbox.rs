@@ -122,13 +122,7 @@ fn life_pipe() -> io::Result<RawFd> {
 /// A pipe (read end, write end), close-on-exec, both above 2 and away from 3
 /// and 4, so the spawn's dup2s onto 3 and 4 never clobber one another.
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: pipe2 writes two new descriptors into `fds`.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors are new and owned by nobody else.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read, write) = crate::process::pipe()?;
     Ok((above_four(read)?, above_four(write)?))
 }
 

@@ -134,7 +134,7 @@ where
     );
     let (outgoing, writer) = transport::spawn_writer(writer);
     let channels = Channels { incoming, outgoing, reader, writer, input_ended };
-    serve(channels, roots, &config, shutdown).await
+    serve(channels, roots, &config, Arc::default(), shutdown).await
 }
 
 /// One connection's transport, as the loop sees it: decoded messages in,
@@ -154,6 +154,7 @@ pub(crate) async fn serve<S>(
     channels: Channels,
     roots: Arc<Roots>,
     config: &Config,
+    retained: Arc<crate::process::Account>,
     shutdown: S,
 ) -> io::Result<()>
 where
@@ -170,6 +171,7 @@ where
         retained_bytes: RETAINED_BYTES,
         connection_retained: CONNECTION_RETAINED,
         server_retained: config.max_retained_bytes,
+        server_account: retained,
         reservation: config.id_reservation,
         sandbox: crate::sandbox::Settings {
             always: config.sandbox,

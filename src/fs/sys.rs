@@ -34,6 +34,21 @@ pub(crate) fn openat2(
     Err(io::Error::from_raw_os_error(libc::EAGAIN))
 }
 
+/// `openat2(AT_FDCWD, path, {flags | O_CLOEXEC, resolve})` of an absolute
+/// path, retried on EAGAIN like [`openat2`]: for the sandbox and the watcher,
+/// which open roots and devices by path without following symlinks.
+pub(crate) fn openat2_path(path: &Path, flags: libc::c_int, resolve: u64) -> io::Result<OwnedFd> {
+    let c_path = c_path(path)?;
+    let how = open_how(flags, 0, resolve);
+    for _ in 0..16 {
+        match openat2_once(libc::AT_FDCWD, &c_path, &how) {
+            Err(error) if error.raw_os_error() == Some(libc::EAGAIN) => continue,
+            result => return result,
+        }
+    }
+    Err(io::Error::from_raw_os_error(libc::EAGAIN))
+}
+
 /// `openat2(dir, path, O_PATH | flags)` from the kernel's caches alone
 /// (`RESOLVE_CACHED` added to `resolve`): EAGAIN when any component would need
 /// a lookup on disk or a revalidation with a network or FUSE server. One

@@ -3,8 +3,8 @@
 //! Retention is charged for what it costs in memory: a chunk's bytes plus
 //! [`CHUNK_OVERHEAD`], so a process printing one byte at a time holds about
 //! as much memory as one printing large chunks. Every log charges its
-//! connection's [`Account`] and the server-wide total ([`server_retained`]),
-//! which the process table keeps within their budgets.
+//! connection's [`Account`], which charges its server's, and the process
+//! table keeps both within their budgets.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,21 +18,36 @@ pub(crate) const RETAINED_BYTES: usize = 1024 * 1024;
 /// heap block of its bytes and the allocator's header (measured: about 104 B).
 pub(crate) const CHUNK_OVERHEAD: usize = 128;
 
-/// Retained output of every process of every connection, as charged.
-static SERVER_RETAINED: AtomicUsize = AtomicUsize::new(0);
-
-/// The retained output of the whole server, in charged bytes.
-pub(crate) fn server_retained() -> usize {
-    SERVER_RETAINED.load(Ordering::Relaxed)
+/// Retained output in charged bytes: of one connection's processes (its
+/// parent is the server's account), or of a whole server.
+#[derive(Debug, Default)]
+pub(crate) struct Account {
+    bytes: AtomicUsize,
+    parent: Option<Arc<Account>>,
 }
 
-/// The retained output of one connection's processes, in charged bytes.
-#[derive(Debug, Default)]
-pub(crate) struct Account(AtomicUsize);
-
 impl Account {
+    /// A connection's account, charging `server` too.
+    pub(crate) fn child_of(server: Arc<Account>) -> Account {
+        Account { bytes: AtomicUsize::new(0), parent: Some(server) }
+    }
+
     pub(crate) fn bytes(&self) -> usize {
-        self.0.load(Ordering::Relaxed)
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    fn add(&self, bytes: usize) {
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        if let Some(parent) = &self.parent {
+            parent.add(bytes);
+        }
+    }
+
+    fn sub(&self, bytes: usize) {
+        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+        if let Some(parent) = &self.parent {
+            parent.sub(bytes);
+        }
     }
 }
 
@@ -94,14 +109,12 @@ impl OutputLog {
 
     fn charge(&mut self, bytes: usize) {
         self.bytes += bytes;
-        self.account.0.fetch_add(bytes, Ordering::Relaxed);
-        SERVER_RETAINED.fetch_add(bytes, Ordering::Relaxed);
+        self.account.add(bytes);
     }
 
     fn uncharge(&mut self, bytes: usize) {
         self.bytes -= bytes;
-        self.account.0.fetch_sub(bytes, Ordering::Relaxed);
-        SERVER_RETAINED.fetch_sub(bytes, Ordering::Relaxed);
+        self.account.sub(bytes);
     }
 
     /// Seq of the newest chunk, 0 when none.

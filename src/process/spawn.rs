@@ -156,7 +156,7 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> Result<Spawned, SpawnError> {
 }
 
 /// A pipe as (read end, write end), both close-on-exec.
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as RawFd; 2];
     // SAFETY: pipe2 writes two new descriptors into `fds`.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {

@@ -19,6 +19,7 @@ fn table() -> (ProcessTable, mpsc::Receiver<ProcEvent>) {
         retained_bytes: RETAINED_BYTES,
         connection_retained: super::CONNECTION_RETAINED,
         server_retained: usize::MAX,
+        server_account: Default::default(),
         reservation: Duration::from_secs(30),
         sandbox: crate::sandbox::Settings::default(),
     };

@@ -3,10 +3,8 @@
 //! about to be executed). Every right this ABI knows is handled; what a rule
 //! does not grant is denied.
 
-use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::roots::Roots;
@@ -157,34 +155,9 @@ fn allow(ruleset: &OwnedFd, path: &Path, fd: &OwnedFd, access: u64) -> Result<()
 
 /// `O_PATH` of `path`, following no symlink on the way or at the end.
 fn open_nofollow(path: &Path) -> Result<OwnedFd, String> {
-    #[repr(C)]
-    struct OpenHow {
-        flags: u64,
-        mode: u64,
-        resolve: u64,
-    }
-    let c_path = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| format!("path {} holds a NUL byte", path.display()))?;
-    let how = OpenHow {
-        flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
-        mode: 0,
-        resolve: libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
-    };
-    // SAFETY: a NUL-terminated path and a valid open_how of its size.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            libc::AT_FDCWD,
-            c_path.as_ptr(),
-            &how,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    if fd < 0 {
-        return Err(format!("cannot open {}: {}", path.display(), io::Error::last_os_error()));
-    }
-    // SAFETY: a new descriptor owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    let resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    crate::fs::sys::openat2_path(path, libc::O_PATH | libc::O_NOFOLLOW, resolve)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))
 }
 
 fn file_type(fd: &OwnedFd) -> io::Result<libc::mode_t> {

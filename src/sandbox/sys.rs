@@ -3,7 +3,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -29,31 +29,9 @@ pub(crate) fn c_path(path: &Path) -> Result<CString, String> {
 /// Opens a directory (`O_PATH`) without following any symlink on the way:
 /// the roots are canonical, so a link found now was put there since.
 pub(crate) fn open_dir_nofollow(path: &Path) -> Result<OwnedFd, String> {
-    #[repr(C)]
-    struct OpenHow {
-        flags: u64,
-        mode: u64,
-        resolve: u64,
-    }
-    let c_path = c_path(path)?;
-    let how = OpenHow {
-        flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
-        mode: 0,
-        resolve: libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
-    };
-    // SAFETY: a NUL-terminated path and a valid open_how of the given size.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            libc::AT_FDCWD,
-            c_path.as_ptr(),
-            &how,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    let fd = check(fd, &format!("cannot open {}", path.display()))?;
-    // SAFETY: a new descriptor owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    let resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    crate::fs::sys::openat2_path(path, libc::O_PATH | libc::O_DIRECTORY, resolve)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))
 }
 
 /// Writes all of `bytes` to `fd` (a file in /proc, a pipe).

@@ -18,7 +18,7 @@
 //! outside.
 
 use std::ffi::{CString, OsString};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 
@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use super::policy::Policy;
 use super::report::{self, LIFE_FD, REPORT_FD};
 use super::roots::Roots;
-use super::sys::{self, check};
+use super::sys;
 use super::{init, landlock, seccomp, view};
 
 /// The first argument of the hidden mode.
@@ -158,14 +158,7 @@ fn enter_namespaces() -> Result<(), String> {
 /// The pipe the init reports the program's wait status on; SIGCHLD is blocked
 /// first so that the init, which inherits the mask, misses none.
 fn status_pipe() -> Result<(OwnedFd, OwnedFd), String> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two new descriptors.
-    check(
-        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }.into(),
-        "cannot create a pipe",
-    )?;
-    // SAFETY: both are new and owned by nobody else.
-    let pipe = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let pipe = crate::process::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
     // SAFETY: a set with SIGCHLD, installed as blocked.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();

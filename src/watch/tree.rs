@@ -5,10 +5,8 @@
 //! recursive watch never leaves its tree; counts are bounded per connection.
 
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use super::inotify::{Inotify, DIR_MASK};
@@ -137,31 +135,8 @@ pub(crate) fn add_tree(
 /// Opens `relative` beneath `base` (`O_PATH`, a directory), following no
 /// symlink and never leaving `base`.
 pub(crate) fn open_beneath(base: &OwnedFd, relative: &Path) -> io::Result<OwnedFd> {
-    #[repr(C)]
-    struct OpenHow {
-        flags: u64,
-        mode: u64,
-        resolve: u64,
-    }
-    let c_path = CString::new(relative.as_os_str().as_bytes()).map_err(io::Error::other)?;
-    let how = OpenHow {
-        flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
-        mode: 0,
-        resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
-    };
-    // SAFETY: a valid directory descriptor, a NUL-terminated path and an open_how of its size.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            base.as_raw_fd(),
-            c_path.as_ptr(),
-            &how,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a new descriptor owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    use std::os::fd::AsFd;
+    let resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+    crate::fs::sys::openat2(base.as_fd(), &crate::fs::sys::c_path(relative)?, flags, 0, resolve)
 }

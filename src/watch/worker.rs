@@ -52,18 +52,15 @@ struct Watch {
     recursive: bool,
 }
 
-/// A directory moved away, as it was watched: (wd, watch) pairs, and the watches that saw it.
+/// A directory moved away, as it was watched: (wd, watch) pairs.
 struct Moved {
     pairs: Vec<(i32, u64)>,
-    watchers: Vec<u64>,
 }
 
 /// A directory that appeared in a watched directory.
 struct Appeared {
     parent: i32,
     name: std::ffi::OsString,
-    /// Watches it moved within: what it holds is not news to them.
-    quiet: Vec<u64>,
 }
 
 struct Worker {
@@ -315,11 +312,7 @@ impl Worker {
         let path_in = |view: &Path| if is_self { view.to_path_buf() } else { view.join(name) };
         let kind = if event.mask & libc::IN_CREATE != 0 {
             if is_dir {
-                appeared.push(Appeared {
-                    parent: event.wd,
-                    name: name.to_owned(),
-                    quiet: Vec::new(),
-                });
+                appeared.push(Appeared { parent: event.wd, name: name.to_owned() });
             }
             ChangeKind::Created
         } else if event.mask & libc::IN_DELETE != 0 {
@@ -331,22 +324,17 @@ impl Worker {
                 for (_, view) in &views {
                     pairs.extend(self.dirs.beneath(&view.join(name)));
                 }
-                let watchers = views.iter().map(|(w, _)| *w).collect();
-                moved.insert(event.cookie, Moved { pairs, watchers });
+                moved.insert(event.cookie, Moved { pairs });
             }
             ChangeKind::RenamedFrom
         } else if event.mask & libc::IN_MOVED_TO != 0 {
             if is_dir {
                 // Watched again from scratch under its new parent's watches: a
                 // move between trees, or an exchange, must not keep old paths.
-                let quiet = match moved.remove(&event.cookie) {
-                    Some(from) => {
-                        self.release(&from.pairs);
-                        from.watchers
-                    }
-                    None => Vec::new(),
-                };
-                appeared.push(Appeared { parent: event.wd, name: name.to_owned(), quiet });
+                if let Some(from) = moved.remove(&event.cookie) {
+                    self.release(&from.pairs);
+                }
+                appeared.push(Appeared { parent: event.wd, name: name.to_owned() });
             }
             ChangeKind::RenamedTo
         } else if event.mask & (libc::IN_MODIFY | libc::IN_CLOSE_WRITE) != 0 {
@@ -400,15 +388,13 @@ impl Worker {
                 // Gone already (its removal is reported), or swapped for a link: not followed.
                 Err(_) => continue,
             };
-            let quiet = appeared.quiet.contains(&watch);
+            // What it holds is reported as created to every watch, the one it
+            // moved within too: events that came for it in the same read were
+            // dropped with its old views, and the walk is what finds them.
             let mut added = Vec::new();
             let followed = {
                 let pending = &mut self.pending;
-                let mut report = |found: &Path| {
-                    if !quiet {
-                        pending.push(watch, found, ChangeKind::Created);
-                    }
-                };
+                let mut report = |found: &Path| pending.push(watch, found, ChangeKind::Created);
                 add_tree(&mut self.dirs, inotify, dir, path.clone(), watch, &mut added, &mut report)
             };
             if !matches!(followed, Ok(true)) {

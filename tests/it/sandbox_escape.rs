@@ -485,11 +485,19 @@ async fn nothing_sandboxed_outlives_a_sigkilled_server() {
         user.own(&tree.base);
         let mut server = user.ready(&[], &[]).await;
         let server_pid = server.child.id().unwrap();
-        let watcher = descendants(server_pid)
-            .into_iter()
-            .find(|(_, comm)| comm == "exec-server-wd")
-            .map(|(pid, _)| pid)
-            .expect("the server has a watcher");
+        // The watcher names itself right after its fork: wait for the name.
+        let watcher = within("the server's watcher", async {
+            loop {
+                let found =
+                    descendants(server_pid).into_iter().find(|(_, comm)| comm == "exec-server-wd");
+                if let Some((pid, _)) = found {
+                    return pid;
+                }
+                // Polls /proc: a process renaming itself has no event to wait for.
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        })
+        .await;
         let script = "kill -STOP \"$WATCHER\" 2>/dev/null; kill -KILL \"$WATCHER\" 2>/dev/null; kill -KILL -1 2>/dev/null; \
             (setsid sh -c 'echo up > ready; exec sleep 1000' </dev/null >/dev/null 2>&1 &); \
             cat ready >/dev/null; echo both-up; exec sleep 1000";
