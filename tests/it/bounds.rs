@@ -170,14 +170,20 @@ async fn an_oversized_frame_gets_an_error_and_the_connection_stays() {
 async fn one_byte_drippers_are_charged_per_chunk() {
     let mut server = Binary::ready(&[]).await;
     let drip = "i=0; while [ $i -lt 30000 ]; do printf x; i=$((i+1)); done";
+    // Sent at once and read as they come: an exit before the last start's
+    // reply must not be skipped over.
     for n in 0..6 {
+        let params = start_params(&format!("d{n}"), &["sh", "-c", drip], json!({}));
         server
-            .result("process/start", start_params(&format!("d{n}"), &["sh", "-c", drip], json!({})))
+            .send_line(
+                &json!({"id": 100 + n, "method": "process/start", "params": params}).to_string(),
+            )
             .await;
     }
     let mut exited = 0;
     while exited < 6 {
         let message = server.next().await.unwrap();
+        assert!(message.get("error").is_none(), "{message}");
         if message["method"] == "process/exited" {
             exited += 1;
         }
