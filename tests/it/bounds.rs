@@ -169,11 +169,13 @@ async fn an_oversized_frame_gets_an_error_and_the_connection_stays() {
 #[tokio::test]
 async fn one_byte_drippers_are_charged_per_chunk() {
     let mut server = Binary::ready(&[]).await;
-    let drip = "i=0; while [ $i -lt 30000 ]; do printf x; i=$((i+1)); done";
+    // 200,000 single-byte writes each: more chunks than a payload-counted
+    // mebibyte of retention would ever drop.
+    let drip = "import os\nfor _ in range(200000): os.write(1, b'x')";
     // Sent at once and read as they come: an exit before the last start's
     // reply must not be skipped over.
     for n in 0..6 {
-        let params = start_params(&format!("d{n}"), &["sh", "-c", drip], json!({}));
+        let params = start_params(&format!("d{n}"), &["python3", "-c", drip], json!({}));
         server
             .send_line(
                 &json!({"id": 100 + n, "method": "process/start", "params": params}).to_string(),
