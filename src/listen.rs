@@ -373,9 +373,9 @@ fn bridge(
             tokio::select! {
                 line = lines.recv() => match line {
                     Some(line) => {
-                        frames::write_frame(&mut sink, frames::OPCODE_TEXT, line.as_bytes()).await?;
+                        frames::write_frame(&mut sink, frames::OP_TEXT, line.as_bytes()).await?;
                         while let Ok(line) = lines.try_recv() {
-                            frames::write_frame(&mut sink, frames::OPCODE_TEXT, line.as_bytes()).await?;
+                            frames::write_frame(&mut sink, frames::OP_TEXT, line.as_bytes()).await?;
                         }
                         sink.flush().await?;
                         delivered = true;
@@ -384,7 +384,7 @@ fn bridge(
                 },
                 request = control.recv(), if control_open => match request {
                     Some(Control::Pong(payload)) => {
-                        frames::write_frame(&mut sink, frames::OPCODE_PONG, &payload).await?;
+                        frames::write_frame(&mut sink, frames::OP_PONG, &payload).await?;
                         sink.flush().await?;
                     }
                     Some(Control::Close(code, reason)) => {
@@ -400,7 +400,7 @@ fn bridge(
                         tracing::info!("the peer answered no ping for {ping_interval:?}; closing");
                         return Err(io::Error::new(io::ErrorKind::TimedOut, "peer went silent"));
                     }
-                    frames::write_frame(&mut sink, frames::OPCODE_PING, b"").await?;
+                    frames::write_frame(&mut sink, frames::OP_PING, b"").await?;
                     sink.flush().await?;
                 }
             }
@@ -408,7 +408,7 @@ fn bridge(
         let (code, reason) = closing.unwrap_or((frames::CLOSE_NORMAL, ""));
         let mut payload = code.to_be_bytes().to_vec();
         payload.extend_from_slice(reason.as_bytes());
-        let _ = frames::write_frame(&mut sink, frames::OPCODE_CLOSE, &payload).await;
+        let _ = frames::write_frame(&mut sink, frames::OP_CLOSE, &payload).await;
         let _ = sink.flush().await;
         let _ = sink.shutdown().await;
         Ok(())

@@ -46,11 +46,11 @@ pub(super) const CLOSE_PROTOCOL: u16 = 1002;
 pub(super) const CLOSE_INVALID: u16 = 1007;
 
 const OP_CONTINUATION: u8 = 0;
-const OP_TEXT: u8 = 1;
+pub(super) const OP_TEXT: u8 = 1;
 const OP_BINARY: u8 = 2;
-const OP_CLOSE: u8 = 8;
-const OP_PING: u8 = 9;
-const OP_PONG: u8 = 10;
+pub(super) const OP_CLOSE: u8 = 8;
+pub(super) const OP_PING: u8 = 9;
+pub(super) const OP_PONG: u8 = 10;
 
 /// Reads frames from the peer.
 pub(super) struct Reader<R> {
@@ -298,11 +298,6 @@ pub(super) async fn write_frame<W: AsyncWrite + Unpin>(
     writer.write_all(&header).await?;
     writer.write_all(payload).await
 }
-
-pub(super) const OPCODE_TEXT: u8 = OP_TEXT;
-pub(super) const OPCODE_CLOSE: u8 = OP_CLOSE;
-pub(super) const OPCODE_PING: u8 = OP_PING;
-pub(super) const OPCODE_PONG: u8 = OP_PONG;
 
 #[cfg(test)]
 mod tests {

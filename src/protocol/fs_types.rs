@@ -261,13 +261,18 @@ impl WatchParams {
 }
 
 impl Change {
-    /// An `overflow` of `root`: changes were lost, rescan it.
-    pub fn overflow(root: &std::path::Path) -> Change {
+    /// A change of `path` (lossy in `path`, exact in `pathBase64` when not UTF-8).
+    pub fn new(path: &std::path::Path, kind: ChangeKind) -> Change {
         use std::os::unix::ffi::OsStrExt;
         Change {
-            path: root.to_string_lossy().into_owned(),
-            path_base64: crate::fs::names::base64_if_not_utf8(root.as_os_str().as_bytes()),
-            kind: ChangeKind::Overflow,
+            path: path.to_string_lossy().into_owned(),
+            path_base64: crate::fs::names::base64_if_not_utf8(path.as_os_str().as_bytes()),
+            kind,
         }
+    }
+
+    /// An `overflow` of `root`: changes were lost, rescan it.
+    pub fn overflow(root: &std::path::Path) -> Change {
+        Change::new(root, ChangeKind::Overflow)
     }
 }

@@ -161,13 +161,8 @@ fn open_nofollow(path: &Path) -> Result<OwnedFd, String> {
 }
 
 fn file_type(fd: &OwnedFd) -> io::Result<libc::mode_t> {
-    // SAFETY: `stat` is plain data that fstat fills in.
-    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid descriptor and stat buffer.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(stat.st_mode & libc::S_IFMT)
+    use std::os::fd::AsFd;
+    crate::fs::sys::fstat(fd.as_fd()).map(|stat| crate::fs::sys::file_type(&stat))
 }
 
 fn is_char_device(fd: &OwnedFd) -> Result<bool, String> {

@@ -23,7 +23,6 @@ use tokio::sync::mpsc::Sender;
 use super::inotify::{Inotify, RawEvent, DIR_MASK, FILE_MASK};
 use super::pending::Pending;
 use super::tree::{add_tree, open_beneath, AddError, Dirs, MAX_WATCHED_DIRS};
-use crate::fs::names::base64_if_not_utf8;
 use crate::fs::Roots;
 use crate::protocol::{
     encode_notification, encode_response, Change, ChangeKind, ChangedParams, Empty, ErrorObject,
@@ -176,11 +175,11 @@ impl Worker {
                 }
             }
         }
-        let file_type = std::fs::metadata(format!("/proc/self/fd/{}", root_dir.as_raw_fd()))
-            .map(|m| m.file_type())
+        let file_type = crate::fs::sys::fstat(std::os::fd::AsFd::as_fd(&root_dir))
+            .map(|stat| crate::fs::sys::file_type(&stat))
             .map_err(|e| ErrorObject::internal(format!("cannot watch {shown}: {e}")))?;
-        let is_dir = file_type.is_dir();
-        if !is_dir && !file_type.is_file() {
+        let is_dir = file_type == libc::S_IFDIR;
+        if !is_dir && file_type != libc::S_IFREG {
             // A FIFO, socket or device (the server's own stdio among them) is not watched.
             return Err(ErrorObject::invalid_request(format!(
                 "cannot watch {shown}: it is not a directory or a regular file"
@@ -439,7 +438,7 @@ impl Worker {
             };
             while !rest.is_empty() {
                 let tail = rest.split_off(rest.len().min(BATCH));
-                let list = rest.iter().map(|(path, kind)| change(path, *kind)).collect();
+                let list = rest.iter().map(|(path, kind)| Change::new(path, *kind)).collect();
                 let params = ChangedParams { watch_id: format!("w{watch}"), changes: list };
                 let line = encode_notification::<FsChanged>(&params, 256);
                 match self.lines.try_send(line) {
@@ -464,15 +463,6 @@ impl Worker {
             }
         }
         true
-    }
-}
-
-fn change(path: &Path, kind: ChangeKind) -> Change {
-    let bytes = path.as_os_str().as_bytes();
-    Change {
-        path: path.to_string_lossy().into_owned(),
-        path_base64: base64_if_not_utf8(bytes),
-        kind,
     }
 }
 
