@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use crate::host;
 use crate::server::{self, Config, ListenOptions, OnEof};
@@ -33,9 +34,27 @@ struct Cli {
     /// Log filter for stderr (for example debug, or exec_server=trace); overrides RUST_LOG.
     #[arg(long, value_name = "FILTER")]
     log_level: Option<String>,
-    /// Serve WebSocket connections on ws://IP:PORT instead of stdio (port 0: any free port).
+    /// Serve ws://IP:PORT (WebSocket; port 0: any free port), unix:PATH (a daemon on a Unix socket), or stdio (the default).
     #[arg(long, value_name = "URL")]
     listen: Option<String>,
+    /// Bridge stdio to the daemon at unix:PATH (for `ssh host exec-server --connect unix:PATH`).
+    #[arg(long, value_name = "URL", conflicts_with = "listen")]
+    connect: Option<String>,
+    /// With --connect: start the daemon (with these flags) when nothing answers at PATH.
+    #[arg(long, requires = "connect")]
+    spawn_daemon: bool,
+    /// With --listen ws:// or unix: how long a detached session waits to be resumed (e.g. 30s, 500ms, 2m).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    session_ttl: Duration,
+    /// With --listen ws:// or unix: detached sessions kept at once; beyond, the oldest is ended.
+    #[arg(long, value_name = "N", default_value_t = crate::server::DEFAULT_MAX_DETACHED_SESSIONS)]
+    max_detached_sessions: usize,
+    /// With --listen unix: exit after this long without connections or sessions (0: never).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    idle_exit: Duration,
+    /// Accepted for upstream's command line; requests are always served concurrently.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    concurrent_requests: Option<u32>,
     /// File holding the bearer token WebSocket clients must send (required off loopback).
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
@@ -60,8 +79,21 @@ enum EofMode {
 pub(crate) fn main() -> ExitCode {
     // A sandboxed start re-executes this binary as its trampoline: it never returns.
     crate::sandbox::run_if_trampoline();
-    tune_allocator();
     let cli = Cli::parse();
+    // The bridge needs none of the server's machinery: it starts before any of it.
+    if let Some(url) = &cli.connect {
+        return match unix_path(url, "--connect") {
+            Ok(path) => {
+                let args = crate::bridge::daemon_args(std::env::args_os(), &path);
+                crate::bridge::run(&path, cli.spawn_daemon, args)
+            }
+            Err(message) => {
+                eprintln!("exec-server: {message}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    tune_allocator();
     // Before any thread exists: the watcher is forked from this process.
     let watcher = host::start_watcher();
     let filter = match &cli.log_level {
@@ -114,16 +146,21 @@ pub(crate) fn main() -> ExitCode {
         },
         ..Config::default()
     };
-    let listen = match &cli.listen {
-        None => None,
-        Some(url) => match listen_address(url, cli.token_file.as_deref()) {
-            Ok(listen) => Some(listen),
-            Err(message) => {
-                eprintln!("exec-server: {message}");
-                return ExitCode::from(2);
-            }
-        },
+    let listen = match listen_on(cli.listen.as_deref(), cli.token_file.as_deref()) {
+        Ok(listen) => listen,
+        Err(message) => {
+            eprintln!("exec-server: {message}");
+            return ExitCode::from(2);
+        }
     };
+    let listen_options = ListenOptions {
+        config: config.clone(),
+        max_connections: cli.max_connections,
+        session_ttl: cli.session_ttl,
+        max_detached_sessions: cli.max_detached_sessions,
+        ..ListenOptions::default()
+    };
+    let idle_exit = (!cli.idle_exit.is_zero()).then_some(cli.idle_exit);
     // One thread runs the reader, the loop, the pumps and the writer: every hop
     // between them is a local wake instead of a cross-thread one (measured:
     // round trips 56 -> 47 us, spawn 1126 -> 904 us, 200 at once 279 -> 173 ms).
@@ -144,10 +181,12 @@ pub(crate) fn main() -> ExitCode {
         let shutdown = shutdown_signal()?;
         let reaper = tokio::spawn(host::reap_orphans());
         let result = match listen {
-            Some((address, token)) => {
-                serve_websocket(address, token, cli.max_connections, config, shutdown).await
+            ListenOn::WebSocket(address, token) => {
+                let options = ListenOptions { token, ..listen_options };
+                serve_websocket(address, options, shutdown).await
             }
-            None => {
+            ListenOn::Unix(path) => serve_unix(&path, listen_options, idle_exit, shutdown).await,
+            ListenOn::Stdio => {
                 let Stdio { reader, writer, guard } = Stdio::open();
                 let hangup = crate::stdio::output_hangup();
                 let shutdown = async move {
@@ -184,17 +223,29 @@ pub(crate) fn main() -> ExitCode {
     }
 }
 
-/// Parses `ws://IP:PORT` and reads the token file; a non-loopback address needs a token.
-fn listen_address(
-    url: &str,
-    token_file: Option<&std::path::Path>,
-) -> Result<(SocketAddr, Option<String>), String> {
+/// Where the server listens.
+enum ListenOn {
+    Stdio,
+    WebSocket(SocketAddr, Option<String>),
+    Unix(PathBuf),
+}
+
+/// Parses `--listen` (`ws://IP:PORT`, `unix:PATH`, `stdio`, `stdio://`, or
+/// absent) and reads the token file; a non-loopback address needs a token.
+fn listen_on(url: Option<&str>, token_file: Option<&std::path::Path>) -> Result<ListenOn, String> {
+    let url = match url {
+        None | Some("stdio" | "stdio://") => return Ok(ListenOn::Stdio),
+        Some(url) if url.starts_with("unix:") => {
+            return unix_path(url, "--listen").map(ListenOn::Unix)
+        }
+        Some(url) => url,
+    };
     let address = url
         .strip_prefix("ws://")
         .map(|rest| rest.trim_end_matches('/'))
         .and_then(|rest| rest.parse::<SocketAddr>().ok())
         .ok_or_else(|| {
-            format!("--listen {url}: expected ws://IP:PORT, such as ws://127.0.0.1:0")
+            format!("--listen {url}: expected ws://IP:PORT (such as ws://127.0.0.1:0), unix:PATH or stdio")
         })?;
     let token = match token_file {
         None => None,
@@ -213,15 +264,39 @@ fn listen_address(
             "--listen {url}: a non-loopback address needs --token-file (clients then send Authorization: Bearer TOKEN)"
         ));
     }
-    Ok((address, token))
+    Ok(ListenOn::WebSocket(address, token))
+}
+
+/// The absolute path of `unix:PATH` (also `unix://PATH`).
+fn unix_path(url: &str, flag: &str) -> Result<PathBuf, String> {
+    let path = url.strip_prefix("unix://").or_else(|| url.strip_prefix("unix:")).unwrap_or("");
+    if !path.starts_with('/') {
+        return Err(format!("{flag} {url}: expected unix:PATH with an absolute PATH, such as unix:/run/user/1000/exec-server.sock"));
+    }
+    Ok(PathBuf::from(path))
+}
+
+/// Parses a duration: a number of seconds, or a number with `ms`, `s`, `m` or `h`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("expected a duration such as 30s or 500ms, got {text:?}"))?;
+    let millis = match unit {
+        "ms" => Some(number),
+        "" | "s" => number.checked_mul(1000),
+        "m" => number.checked_mul(60_000),
+        "h" => number.checked_mul(3_600_000),
+        _ => return Err(format!("unknown unit {unit:?} in {text:?}: use ms, s, m or h")),
+    };
+    millis.map(Duration::from_millis).ok_or_else(|| format!("duration {text:?} is too long"))
 }
 
 /// Binds, announces the URL (stdout, and the first line on stderr), and serves until `shutdown`.
 async fn serve_websocket(
     address: SocketAddr,
-    token: Option<String>,
-    max_connections: usize,
-    config: Config,
+    options: ListenOptions,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     use std::io::Write;
@@ -234,9 +309,26 @@ async fn serve_websocket(
     writeln!(stdout, "{url}")?;
     stdout.flush()?;
     drop(stdout);
-    let options =
-        ListenOptions { config, token, ping_interval: server::PING_INTERVAL, max_connections };
     server::listen(listener, options, shutdown).await
+}
+
+/// Binds the daemon's socket, announces it as `serve_websocket` does, and
+/// serves until `shutdown` or `idle_exit` without connections and sessions.
+async fn serve_unix(
+    path: &std::path::Path,
+    options: ListenOptions,
+    idle_exit: Option<Duration>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    let socket = server::bind_unix(path)?;
+    let url = format!("unix:{}", path.display());
+    eprintln!("exec-server listening on {url}");
+    let mut stdout = std::io::stdout().lock();
+    // A daemon's stdout may be /dev/null or closed: not an error.
+    let _ = writeln!(stdout, "{url}").and_then(|()| stdout.flush());
+    drop(stdout);
+    server::listen_unix(socket, options, idle_exit, shutdown).await
 }
 
 /// Allocator tuning for messages of megabytes. Every fresh 11 MB buffer (an
@@ -296,4 +388,29 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
             tracing::info!(signal = name, "ignoring the signal");
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert!(parse_duration("5d").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("99999999999999999999h").is_err());
+    }
+
+    #[test]
+    fn listen_urls_parse() {
+        assert!(matches!(listen_on(Some("stdio"), None), Ok(ListenOn::Stdio)));
+        assert!(
+            matches!(listen_on(Some("unix:/r/s"), None), Ok(ListenOn::Unix(p)) if p == std::path::Path::new("/r/s"))
+        );
+        assert!(listen_on(Some("unix:rel"), None).is_err());
+        assert!(listen_on(Some("ws://0.0.0.0:1"), None).is_err());
+    }
 }

@@ -151,7 +151,7 @@ impl Client {
         let shared = Arc::new(Shared::default());
         let (outgoing, writer) = transport::spawn_writer(writer);
         let reader = tokio::spawn(read_loop(reader, shared.clone()));
-        let params = InitializeParams { client_name: options.client_name };
+        let params = InitializeParams::new(options.client_name);
         let deadline = options.handshake_timeout;
         let info = match tokio::time::timeout(deadline, handshake(&shared, &outgoing, params)).await
         {

@@ -36,6 +36,7 @@
 
 #![warn(missing_docs)]
 
+mod bridge;
 mod cli;
 mod client;
 mod error;
@@ -49,6 +50,7 @@ mod process;
 pub mod protocol;
 mod sandbox;
 pub mod server;
+mod sessions;
 mod stdio;
 mod transport;
 mod watch;

@@ -15,10 +15,14 @@
 
 mod frames;
 mod handshake;
+mod unix;
+
+pub use self::unix::{bind as bind_unix, UnixSocket};
+pub(crate) use self::unix::{log_path as unix_log_path, private_file};
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,7 +33,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use self::frames::{Event, MessageBudget, Reader};
 use self::handshake::Outcome;
 use crate::fs::Roots;
-use crate::server::{serve, Channels, Config, OnEof};
+use crate::server::{serve_resumable, Channels, Config, OnEof, Sessions};
+pub use crate::sessions::{DEFAULT_MAX_DETACHED_SESSIONS, DEFAULT_SESSION_TTL};
 use crate::transport::Incoming;
 
 /// How often the server pings each peer; a peer silent for a whole period is dropped.
@@ -61,6 +66,11 @@ pub struct ListenOptions {
     pub ping_interval: Duration,
     /// Connections served at once (handshakes included); beyond, 503.
     pub max_connections: usize,
+    /// How long a detached session waits to be resumed ([`DEFAULT_SESSION_TTL`]).
+    pub session_ttl: Duration,
+    /// Detached sessions kept at once; beyond, the oldest ends
+    /// ([`DEFAULT_MAX_DETACHED_SESSIONS`]).
+    pub max_detached_sessions: usize,
 }
 
 impl Default for ListenOptions {
@@ -70,13 +80,67 @@ impl Default for ListenOptions {
             token: None,
             ping_interval: PING_INTERVAL,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            session_ttl: DEFAULT_SESSION_TTL,
+            max_detached_sessions: DEFAULT_MAX_DETACHED_SESSIONS,
         }
     }
 }
 
 /// Serves WebSocket connections on `listener` until `shutdown` completes, then
-/// kills every connection's processes and returns.
+/// kills every session's processes and returns.
 pub async fn listen<S>(listener: TcpListener, options: ListenOptions, shutdown: S) -> io::Result<()>
+where
+    S: std::future::Future<Output = ()>,
+{
+    accept_loop(Socket::Tcp(listener), options, None, shutdown).await
+}
+
+/// Serves newline-delimited JSON-RPC on a Unix socket (`--listen unix:PATH`):
+/// sessions as over WebSocket; a peer of another uid is refused. With
+/// `idle_exit`, returns once no connection or session has existed for that long.
+pub async fn listen_unix<S>(
+    listener: UnixSocket,
+    options: ListenOptions,
+    idle_exit: Option<Duration>,
+    shutdown: S,
+) -> io::Result<()>
+where
+    S: std::future::Future<Output = ()>,
+{
+    accept_loop(Socket::Unix(listener), options, idle_exit, shutdown).await
+}
+
+/// A listening socket of either kind.
+enum Socket {
+    Tcp(TcpListener),
+    Unix(UnixSocket),
+}
+
+/// An accepted connection of either kind.
+enum Accepted {
+    Tcp(TcpStream, SocketAddr),
+    Unix(tokio::net::UnixStream),
+}
+
+impl Socket {
+    async fn accept(&self) -> io::Result<Accepted> {
+        match self {
+            Socket::Tcp(listener) => {
+                listener.accept().await.map(|(stream, peer)| Accepted::Tcp(stream, peer))
+            }
+            Socket::Unix(socket) => {
+                socket.listener.accept().await.map(|(stream, _)| Accepted::Unix(stream))
+            }
+        }
+    }
+}
+
+async fn accept_loop<S>(
+    socket: Socket,
+    options: ListenOptions,
+    idle_exit: Option<Duration>,
+    shutdown: S,
+) -> io::Result<()>
 where
     S: std::future::Future<Output = ()>,
 {
@@ -85,19 +149,32 @@ where
     let budget = MessageBudget::new(MESSAGE_BUDGET, options.config.max_message_bytes);
     // Every connection's retained output counts against one server-wide account.
     let retained = Arc::new(crate::process::Account::default());
+    let sessions = Arc::new(Sessions::new(options.session_ttl, options.max_detached_sessions));
     let options = Arc::new(options);
     let (stop, stopped) = watch::channel(false);
     // Each connection's thread holds a sender; all gone means all ended.
     let (done, mut all_done) = mpsc::channel::<()>(1);
-    let active = Arc::new(AtomicUsize::new(0));
+    // Threads of connections and of the sessions they left parked.
+    let active = Arc::new(watch::Sender::new(0usize));
+    let mut active_changed = active.subscribe();
+    let mut idle_since: Option<tokio::time::Instant> = None;
     tokio::pin!(shutdown);
     loop {
+        let busy = *active_changed.borrow_and_update();
+        idle_since = match (busy, idle_since) {
+            (0, Some(since)) => Some(since),
+            (0, None) => Some(tokio::time::Instant::now()),
+            _ => None,
+        };
+        let idle_deadline = idle_exit.zip(idle_since).map(|(idle, since)| since + idle);
         tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    if active.load(Ordering::Acquire) >= options.max_connections {
-                        tracing::info!(%peer, "too many connections; answered 503");
-                        let _ = stream.try_write(handshake::BUSY);
+            accepted = socket.accept() => match accepted {
+                Ok(accepted) => {
+                    if *active.borrow() >= options.max_connections {
+                        tracing::info!("too many connections; refused one");
+                        if let Accepted::Tcp(stream, _) = &accepted {
+                            let _ = stream.try_write(handshake::BUSY);
+                        }
                         continue;
                     }
                     let context = Context {
@@ -105,11 +182,12 @@ where
                         roots: roots.clone(),
                         budget: budget.clone(),
                         retained: retained.clone(),
+                        sessions: sessions.clone(),
                         stopped: stopped.clone(),
                         _done: done.clone(),
                         active: ActiveGuard::new(&active),
                     };
-                    start_connection(stream, peer, context);
+                    start_connection(accepted, context);
                 }
                 Err(error) if out_of_resources(&error) => {
                     ACCEPT_FAILURES.log(&error);
@@ -121,10 +199,15 @@ where
                 }
                 Err(error) => tracing::debug!(%error, "accepting a connection failed"),
             },
+            _ = active_changed.changed() => {}
+            () = tokio::time::sleep_until(idle_deadline.unwrap_or_else(tokio::time::Instant::now)), if idle_deadline.is_some() => {
+                tracing::info!(idle = ?idle_exit, "no connection or session for the idle time; exiting");
+                break;
+            }
             () = &mut shutdown => break,
         }
     }
-    tracing::info!(connections = active.load(Ordering::Acquire), "shutting down every connection");
+    tracing::info!(threads = *active.borrow(), "shutting down every connection and session");
     let _ = stop.send(true);
     drop(done);
     if tokio::time::timeout(SHUTDOWN_GRACE, all_done.recv()).await.is_err() {
@@ -168,19 +251,19 @@ static ACCEPT_FAILURES: Throttled = Throttled::new("cannot accept connections; p
 static START_FAILURES: Throttled =
     Throttled::new("cannot start a connection's thread or runtime; answered 503");
 
-/// Counts a connection as active until dropped.
-struct ActiveGuard(Arc<AtomicUsize>);
+/// Counts a connection's thread as active until dropped.
+struct ActiveGuard(Arc<watch::Sender<usize>>);
 
 impl ActiveGuard {
-    fn new(active: &Arc<AtomicUsize>) -> ActiveGuard {
-        active.fetch_add(1, Ordering::AcqRel);
+    fn new(active: &Arc<watch::Sender<usize>>) -> ActiveGuard {
+        active.send_modify(|count| *count += 1);
         ActiveGuard(active.clone())
     }
 }
 
 impl Drop for ActiveGuard {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.0.send_modify(|count| *count -= 1);
     }
 }
 
@@ -190,17 +273,23 @@ struct Context {
     roots: Arc<Roots>,
     budget: MessageBudget,
     retained: Arc<crate::process::Account>,
+    sessions: Arc<Sessions>,
     stopped: watch::Receiver<bool>,
     _done: mpsc::Sender<()>,
     active: ActiveGuard,
 }
 
 /// Starts the connection's thread (it answers 503 itself if its runtime cannot start).
-fn start_connection(stream: TcpStream, peer: SocketAddr, context: Context) {
-    let std_stream = match stream.into_std() {
-        Ok(std_stream) => std_stream,
+fn start_connection(accepted: Accepted, context: Context) {
+    let is_tcp = matches!(accepted, Accepted::Tcp(..));
+    let std_stream = match &accepted {
+        Accepted::Tcp(stream, _) => stream_fd(stream),
+        Accepted::Unix(stream) => stream_fd(stream),
+    };
+    let std_stream = match std_stream {
+        Ok(fd) => fd,
         Err(error) => {
-            tracing::warn!(%peer, %error, "cannot hand a connection to its thread");
+            tracing::warn!(%error, "cannot hand a connection to its thread");
             return;
         }
     };
@@ -211,27 +300,55 @@ fn start_connection(stream: TcpStream, peer: SocketAddr, context: Context) {
             .build();
         match runtime {
             Ok(runtime) => runtime.block_on(async move {
-                match TcpStream::from_std(std_stream) {
-                    Ok(stream) => connection(stream, peer, context).await,
-                    Err(error) => tracing::warn!(%peer, %error, "cannot serve a connection"),
+                // Registered with this thread's reactor, not the listener's.
+                let served = match accepted {
+                    Accepted::Tcp(stream, peer) => {
+                        match stream.into_std().and_then(TcpStream::from_std) {
+                            Ok(stream) => {
+                                connection(stream, peer, context).await;
+                                Ok(())
+                            }
+                            Err(error) => Err(error),
+                        }
+                    }
+                    Accepted::Unix(stream) => {
+                        match stream.into_std().and_then(tokio::net::UnixStream::from_std) {
+                            Ok(stream) => {
+                                unix::connection(stream, context).await;
+                                Ok(())
+                            }
+                            Err(error) => Err(error),
+                        }
+                    }
+                };
+                if let Err(error) = served {
+                    tracing::warn!(%error, "cannot serve a connection");
                 }
             }),
             Err(error) => {
-                tracing::debug!(%peer, %error, "cannot start a connection's runtime");
+                tracing::debug!(%error, "cannot start a connection's runtime");
                 START_FAILURES.log(&error);
-                let _ = std::io::Write::write(&mut &std_stream, handshake::BUSY);
+                if is_tcp {
+                    let _ = std::io::Write::write(&mut &std_stream, handshake::BUSY);
+                }
             }
         }
     });
     // Detached: it ends with its connection (the listener waits through `_done`).
     if let Err(error) = thread {
-        tracing::debug!(%peer, %error, "cannot start a connection's thread; closed it");
+        tracing::debug!(%error, "cannot start a connection's thread; closed it");
         START_FAILURES.log(&error);
     }
 }
 
+/// A duplicate of the stream's descriptor, to answer 503 through when the
+/// connection's runtime cannot start.
+fn stream_fd(stream: &impl std::os::fd::AsFd) -> io::Result<std::fs::File> {
+    stream.as_fd().try_clone_to_owned().map(std::fs::File::from)
+}
+
 async fn connection(mut stream: TcpStream, peer: SocketAddr, context: Context) {
-    let Context { options, roots, budget, retained, mut stopped, _done, active } = context;
+    let Context { options, roots, budget, retained, sessions, stopped, _done, active } = context;
     let _active = active;
     let _ = stream.set_nodelay(true);
     drop_dead_peers(&stream);
@@ -256,13 +373,13 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, context: Context) {
     let limit = options.config.max_message_bytes;
     let channels = bridge(stream, leftover, limit, budget, options.ping_interval);
     let config = Config { on_eof: OnEof::Kill, ..options.config.clone() };
-    let shutdown = async move {
-        let _ = stopped.wait_for(|stop| *stop).await;
-    };
-    if let Err(error) = serve(channels, roots, &config, retained, shutdown).await {
-        tracing::info!(%peer, %error, "connection ended with an error");
-    }
-    tracing::info!(%peer, "connection closed");
+    serve_resumable(channels, roots, &config, retained, &sessions, stopping(stopped)).await;
+    tracing::info!(%peer, "connection's thread done");
+}
+
+/// Completes when the listener stops.
+async fn stopping(mut stopped: watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|stop| *stop).await;
 }
 
 /// Lets the kernel end a connection whose peer vanished without a word (keepalive

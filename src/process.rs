@@ -18,6 +18,7 @@ mod spawner;
 mod timers;
 mod tree;
 mod watcher;
+mod write_ids;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::Path;
@@ -385,7 +386,14 @@ impl ProcessTable {
     /// `process/write`: queued for the process's stdin, bounded in bytes.
     pub(crate) fn write(&mut self, params: WriteParams) -> Result<WriteResult, ErrorObject> {
         let id = &params.process_id;
+        if let Some(write_id) = &params.write_id {
+            write_ids::WriteIds::check(write_id, id)?;
+        }
         let entry = self.get_mut(id)?;
+        if params.write_id.as_deref().is_some_and(|w| entry.write_ids.contains(w)) {
+            tracing::debug!(%id, "a retried write was acknowledged again, not applied");
+            return Ok(WriteResult { accepted: true });
+        }
         if entry.tty && params.close_stdin {
             return Err(ErrorObject::invalid_request(format!(
                 "closeStdin is not supported for tty process {id}: write the terminal's EOF character (\\u0004) instead"
@@ -415,6 +423,9 @@ impl ProcessTable {
                 entry.stdin = None;
                 return Err(closed());
             }
+        }
+        if let Some(write_id) = &params.write_id {
+            entry.write_ids.insert(write_id);
         }
         if params.close_stdin {
             entry.stdin = None;

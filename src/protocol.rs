@@ -28,6 +28,8 @@ pub mod codes {
     pub const INVALID_PARAMS: i64 = -32602;
     /// The server failed while carrying out the request (I/O, spawn).
     pub const INTERNAL_ERROR: i64 = -32603;
+    /// The session to resume is attached to another live connection.
+    pub const SESSION_ATTACHED: i64 = -32010;
 }
 
 /// A request id: an integer or a string, as the client chose it.

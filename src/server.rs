@@ -8,12 +8,17 @@
 //! outbox is full the loop stops taking input and process events, which is what
 //! pushes back on a client that does not read, down to the children's pipes.
 
+mod attach;
 mod dispatch;
 mod fs_calls;
+mod link;
 mod outbox;
+mod park;
+mod session;
 
 pub use crate::listen::{
-    listen, ListenOptions, DEFAULT_MAX_CONNECTIONS, HANDSHAKE_TIMEOUT, MESSAGE_BUDGET,
+    bind_unix, listen, listen_unix, ListenOptions, UnixSocket, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_DETACHED_SESSIONS, DEFAULT_SESSION_TTL, HANDSHAKE_TIMEOUT, MESSAGE_BUDGET,
     PING_INTERVAL,
 };
 
@@ -22,16 +27,14 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
-use tokio::time::{sleep_until, Instant};
 
-use self::outbox::Outbox;
-use std::sync::Arc;
-
+use self::link::Link;
+use self::session::Session;
 use crate::fs::Roots;
-use crate::process::{Limits, ProcessTable, CONNECTION_RETAINED, RETAINED_BYTES};
 use crate::transport::{self, Incoming};
 
 /// Default `--max-message-bytes`: 64 MiB.
@@ -149,7 +152,8 @@ pub(crate) struct Channels {
     pub(crate) input_ended: oneshot::Receiver<()>,
 }
 
-/// The loop of one connection over any transport.
+/// The loop of one connection over any transport whose session ends with it
+/// (stdio, and an in-process server).
 pub(crate) async fn serve<S>(
     channels: Channels,
     roots: Arc<Roots>,
@@ -160,135 +164,89 @@ pub(crate) async fn serve<S>(
 where
     S: Future<Output = ()>,
 {
-    let Channels { mut incoming, outgoing: lines, reader, writer, mut input_ended } = channels;
-    let mut ending_seen = false;
-    // If this future is dropped midway, the transport's tasks go with it.
-    let reader_task = AbortOnDrop(reader);
-    let mut writer_task = AbortOnDrop(writer);
-    let (events_tx, mut events) = mpsc::channel(EVENT_QUEUE);
-    let limits = Limits {
-        max_processes: config.max_processes,
-        retained_bytes: RETAINED_BYTES,
-        connection_retained: CONNECTION_RETAINED,
-        server_retained: config.max_retained_bytes,
-        server_account: retained,
-        reservation: config.id_reservation,
-        sandbox: crate::sandbox::Settings {
-            always: config.sandbox,
-            network: config.sandbox_network,
-            helper: config.sandbox_helper.as_deref().map(Arc::from),
-        },
-    };
-    let mut state = dispatch::State::new(roots, ProcessTable::new(events_tx, limits));
-    let mut out = Vec::new();
-    let mut outbox = Outbox::default();
-    let mut input_open = true;
-    let mut drain_deadline: Option<Instant> = None;
+    let mut session = Session::new(roots, config, retained, None);
     tokio::pin!(shutdown);
+    match attach::attach(Link::new(channels), &mut session, config, &mut shutdown).await {
+        Ended::Finished(result) => result,
+        // Without a registry a session neither detaches nor resumes another.
+        Ended::Detached | Ended::Resume { .. } => Ok(()),
+    }
+}
+
+/// Serves one connection of a listening server: its session detaches when the
+/// connection goes and waits, parked, to be resumed; or the connection resumes
+/// another session and hands itself over. Returns when this thread has nothing
+/// left to drive (its session ended, or its link was handed over and is done).
+pub(crate) async fn serve_resumable<S>(
+    channels: Channels,
+    roots: Arc<Roots>,
+    config: &Config,
+    retained: Arc<crate::process::Account>,
+    sessions: &Arc<Sessions>,
+    shutdown: S,
+) where
+    S: Future<Output = ()>,
+{
+    let mut session = Session::new(roots, config, retained, Some(sessions));
+    tokio::pin!(shutdown);
+    let mut link = Link::new(channels);
     loop {
-        let timer = state.table.next_deadline();
-        let room = outbox.has_room();
-        // A full fs queue holds the input back too (pipelined calls wait).
-        let take_input = room && state.fs.has_room() && state.watches.has_room();
-        let spin = state.fs.spinning();
-        tokio::select! {
-            message = incoming.recv(), if input_open && take_input => match message {
-                Some(message) => state.on_incoming(message, &mut out),
-                None => {
-                    tracing::debug!("input ended");
-                    input_open = false;
-                    if config.on_eof == OnEof::Kill {
-                        state.table.kill_all();
-                        drain_deadline = Some(Instant::now() + KILL_DRAIN);
+        match attach::attach(link, &mut session, config, &mut shutdown).await {
+            Ended::Finished(result) => {
+                if let Err(error) = result {
+                    tracing::info!(%error, "connection ended with an error");
+                }
+                return;
+            }
+            Ended::Detached => match park::park(&mut session, &mut shutdown).await {
+                Some(handoff) => link = session.resumed(handoff),
+                None => return,
+            },
+            Ended::Resume { wake, mut handoff } => {
+                // This thread's runtime drives the link's tasks: it stays until the link is done.
+                let (keep_alive, done) = oneshot::channel();
+                handoff.link.keep_alive = Some(keep_alive);
+                match wake.send(crate::sessions::Wake::Resume(handoff)) {
+                    Ok(()) => {
+                        let _ = done.await;
+                        return;
                     }
-                }
-            },
-            // The input ended while the loop takes none (replies wait for the
-            // client to read): the processes are killed now, as EOF asks; the
-            // lines before the end are still answered once the client reads,
-            // and the connection ends at the EOF itself as usual.
-            ended = &mut input_ended, if input_open && !take_input && !ending_seen => {
-                ending_seen = true;
-                if ended.is_ok() && config.on_eof == OnEof::Kill {
-                    tracing::debug!("input ended while replies wait; killing the processes");
-                    state.table.kill_all();
-                    // A client that stopped reading cannot keep the server alive.
-                    drain_deadline.get_or_insert(Instant::now() + EOF_LINGER);
+                    // The session ended between the claim and now: this
+                    // connection goes on with its own, uninitialized session.
+                    Err(crate::sessions::Wake::Resume(handoff)) => {
+                        link = handoff.link;
+                        link.keep_alive = None;
+                        let error =
+                            crate::sessions::ClaimError::Unknown(handoff.session_id.to_string());
+                        link.refuse(&handoff.request, error.to_error());
+                    }
+                    Err(crate::sessions::Wake::End) => return,
                 }
             }
-            Some(event) = events.recv(), if room => state.table.on_event(event, Instant::now(), &mut out),
-            // Finished fs calls are taken only while the outbox has room: an
-            // unread reply holds its slot, and no more calls start meanwhile.
-            line = state.fs.next_reply(), if room => out.push(line),
-            line = state.watches.next_line(), if room => out.push(line),
-            // Polls again (after a non-blocking look at I/O) while a fresh fs call runs.
-            () = tokio::task::yield_now(), if spin => {}
-            done = state.table.next_done() => {
-                if let Some(line) = done {
-                    state.on_started(line, &mut out);
-                }
-            }
-            permit = lines.reserve(), if outbox.has_lines() => match permit {
-                Ok(permit) => outbox.send(permit, &lines),
-                Err(_) => {
-                    output_gone(&mut outbox, &mut state.table, &mut drain_deadline);
-                    input_open = false;
-                }
-            },
-            // The writer gave up (a peer gone silent, a write error) while
-            // nothing was waiting to be sent: the connection is over all the same.
-            () = lines.closed(), if !outbox.is_closed() => {
-                output_gone(&mut outbox, &mut state.table, &mut drain_deadline);
-                input_open = false;
-            }
-            () = sleep_until(timer.unwrap_or_else(Instant::now)), if timer.is_some() => {
-                state.table.on_timers(Instant::now(), &mut out);
-            }
-            () = &mut shutdown, if drain_deadline.is_none() => {
-                tracing::info!("shutting down on request");
-                input_open = false;
-                state.table.kill_all();
-                drain_deadline = Some(Instant::now() + KILL_DRAIN);
-            }
-            () = sleep_until(drain_deadline.unwrap_or_else(Instant::now)), if drain_deadline.is_some() => {
-                tracing::warn!("processes or fs calls still busy after the connection ended; closing");
-                break;
-            }
-        }
-        outbox.extend(&mut out);
-        if !input_open && state.table.is_settled() && state.fs.is_idle() && !outbox.has_lines() {
-            break;
-        }
-    }
-    state.table.answer_all_parked(&mut out);
-    state.refuse_waiting(&mut out);
-    outbox.extend(&mut out);
-    let flushed = tokio::time::timeout(FINAL_FLUSH, outbox.flush(&lines)).await;
-    if flushed.is_err() {
-        tracing::warn!("the client did not read the last replies in time; dropping them");
-    }
-    // Dropping the state kills what is left; fs calls still in a syscall are abandoned.
-    drop(state);
-    drop(lines);
-    drop(reader_task);
-    match tokio::time::timeout(FINAL_FLUSH, &mut writer_task.0).await {
-        // The client closing its end is how a connection may end; not an error.
-        Ok(Ok(Err(error))) if error.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-        Ok(Ok(result)) => result,
-        Ok(Err(error)) => Err(io::Error::other(error)),
-        Err(_) => {
-            tracing::warn!("the client stopped reading; leaving its last replies unsent");
-            Ok(())
         }
     }
 }
 
-/// The output is gone: nothing more can be said, so the connection ends.
-fn output_gone(outbox: &mut Outbox, table: &mut ProcessTable, drain: &mut Option<Instant>) {
-    tracing::debug!("output closed; ending the connection");
-    outbox.close();
-    table.kill_all();
-    drain.get_or_insert(Instant::now() + KILL_DRAIN);
+/// The sessions of a listening server; a resume hands over a [`Handoff`].
+pub(crate) type Sessions = crate::sessions::Registry<Handoff>;
+
+/// What a resuming connection gives the session it resumes.
+pub(crate) struct Handoff {
+    link: Link,
+    /// The `initialize` to answer.
+    request: crate::protocol::RequestId,
+    session_id: Arc<str>,
+}
+
+/// How a connection's loop ended.
+pub(crate) enum Ended {
+    /// The session is over: its processes were killed (or finished) and the
+    /// connection is closed.
+    Finished(io::Result<()>),
+    /// The connection is gone; the session lives on, to be parked.
+    Detached,
+    /// The connection resumes another session: wake it with the link.
+    Resume { wake: tokio::sync::oneshot::Sender<crate::sessions::Wake<Handoff>>, handoff: Handoff },
 }
 
 /// A task aborted when its handle is dropped: the loop owns its transport's tasks.

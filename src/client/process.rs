@@ -199,8 +199,8 @@ impl Process {
     }
 
     async fn write_chunk(&self, bytes: &[u8], close_stdin: bool) -> Result<(), Error> {
-        let params =
-            WriteParams { process_id: self.id.clone(), chunk: Base64(bytes.to_vec()), close_stdin };
+        let params = WriteParams::new(self.id.clone(), bytes.to_vec());
+        let params = if close_stdin { params.close_stdin() } else { params };
         self.client.write(params).await.map(drop)
     }
 

@@ -18,6 +18,7 @@ use super::registry;
 use super::signal::{signal_group, ExitInfo, Signal};
 use super::spawn::{self, SpawnError, SpawnRequest, Spawned};
 use super::tree::{self, Session};
+use super::write_ids::WriteIds;
 use crate::protocol::{
     encode_notification, encode_output, ClosedParams, ExitedParams, ProcessClosed, ProcessExited,
     ProcessInfo, ReadParams, ReadResult, SandboxType, StartParams, Stream,
@@ -71,6 +72,8 @@ pub(crate) struct Entry {
     life: Life,
     open_streams: u8,
     pub(crate) stdin: Option<StdinQueue>,
+    /// The `writeId`s applied to stdin.
+    pub(crate) write_ids: WriteIds,
     master: Option<Box<dyn MasterPty + Send>>,
     tasks: JoinSet<()>,
 }
@@ -125,6 +128,7 @@ impl Entry {
             life: Life::Running,
             open_streams: handles.open_streams,
             stdin: handles.stdin,
+            write_ids: WriteIds::default(),
             master: handles.master,
             tasks,
         })

@@ -9,7 +9,13 @@ use super::Base64;
 impl InitializeParams {
     /// `initialize` from `client_name`.
     pub fn new(client_name: impl Into<String>) -> InitializeParams {
-        InitializeParams { client_name: client_name.into() }
+        InitializeParams { client_name: client_name.into(), resume_session_id: None }
+    }
+
+    /// Reattach the detached session `session_id` instead of starting a new one.
+    pub fn resume(mut self, session_id: impl Into<String>) -> InitializeParams {
+        self.resume_session_id = Some(session_id.into());
+        self
     }
 }
 
@@ -45,7 +51,14 @@ impl WriteParams {
             process_id: process_id.into(),
             chunk: Base64(bytes.into()),
             close_stdin: false,
+            write_id: None,
         }
+    }
+
+    /// Tags the write with `id`, so that sending it again never applies it twice.
+    pub fn write_id(mut self, id: impl Into<String>) -> WriteParams {
+        self.write_id = Some(id.into());
+        self
     }
 
     /// Closes stdin after the bytes.

@@ -130,6 +130,9 @@ pub struct Empty {}
 pub struct InitializeParams {
     /// Free-form client name, logged by the server.
     pub client_name: String,
+    /// Reattach this detached session instead of starting a new one (Part B, Sessions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_session_id: Option<String>,
 }
 
 /// `initialize` result.
@@ -145,6 +148,9 @@ pub struct InitializeResult {
     /// What the server supports beyond Part A (absent on Part A-only servers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capabilities: Option<Capabilities>,
+    /// The session this connection is attached to (Part B, Sessions; absent on older servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
 }
 
 /// `serverInfo` of the `initialize` result.
@@ -386,6 +392,10 @@ pub struct WriteParams {
     /// Close the pipe stdin after the chunk (Part B; pipe processes only).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub close_stdin: bool,
+    /// A client-chosen id: a retried write with an id already applied to this
+    /// process is acknowledged again and not applied twice (Part B, Sessions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_id: Option<String>,
 }
 
 /// `process/write` result.

@@ -9,10 +9,14 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use tokio::sync::oneshot;
+
 use super::fs_calls::FsCalls;
+use super::{Handoff, Sessions};
 use crate::fs::Roots;
 use crate::process::{Begun, ProcessTable, ReadOutcome};
 use crate::protocol::*;
+use crate::sessions::{ClaimError, Wake};
 use crate::transport::Incoming;
 use crate::watch::{Command as WatchCommand, Watcher};
 
@@ -40,10 +44,19 @@ enum Phase {
     Ready,
 }
 
-/// Everything one connection owns.
+/// A claimed session to wake with this connection's link: the claim, the
+/// `initialize` to answer, and the session's id.
+pub(super) type Claimed = (oneshot::Sender<Wake<Handoff>>, RequestId, Arc<str>);
+
+/// Everything one session owns (its processes), and its connection's request state.
 pub(super) struct State {
     phase: Phase,
     roots: Arc<Roots>,
+    session_id: Arc<str>,
+    /// The listening server's sessions (None: this session cannot detach or resume another).
+    sessions: Option<Arc<Sessions>>,
+    /// Set by an `initialize` that resumes another session.
+    claimed: Option<Claimed>,
     /// Process requests that arrived while a start was under way, in order,
     /// with their sizes.
     waiting: VecDeque<(Request, usize)>,
@@ -54,9 +67,17 @@ pub(super) struct State {
 }
 
 impl State {
-    pub(super) fn new(roots: Arc<Roots>, table: ProcessTable) -> State {
+    pub(super) fn new(
+        roots: Arc<Roots>,
+        table: ProcessTable,
+        session_id: Arc<str>,
+        sessions: Option<Arc<Sessions>>,
+    ) -> State {
         State {
             phase: Phase::New,
+            session_id,
+            sessions,
+            claimed: None,
             fs: FsCalls::new(roots.clone()),
             watches: Watcher::new(roots.clone()),
             roots,
@@ -64,6 +85,35 @@ impl State {
             waiting_bytes: 0,
             table,
         }
+    }
+
+    pub(super) fn session_id(&self) -> &Arc<str> {
+        &self.session_id
+    }
+
+    /// Whether the client has been told this session's id.
+    pub(super) fn initialized(&self) -> bool {
+        self.phase != Phase::New
+    }
+
+    /// The session this connection asked to resume, claimed for it.
+    pub(super) fn take_claimed(&mut self) -> Option<Claimed> {
+        self.claimed.take()
+    }
+
+    /// The connection is gone and the session detaches: what belonged to
+    /// the connection (fs calls, watches, a half-done handshake) goes with it.
+    pub(super) fn detach(&mut self) {
+        self.fs = FsCalls::new(self.roots.clone());
+        self.watches = Watcher::new(self.roots.clone());
+        self.phase = Phase::New;
+    }
+
+    /// A connection resumed this session: the reply to its `initialize`.
+    pub(super) fn resume(&mut self, request: &RequestId) -> String {
+        tracing::info!(session = %self.session_id, "session resumed");
+        self.phase = Phase::Initializing;
+        reply::<Initialize>(request, Ok(self.initialize_result()))
     }
 
     /// Handles one input message; encoded replies go to `out` (fs replies come later).
@@ -167,7 +217,11 @@ impl State {
             return Some(error_reply(&id, error));
         }
         if method == Initialize::NAME {
-            return Some(call::<Initialize>(&id, params, |p| self.initialize(p)));
+            return match decode::<Initialize>(params).and_then(|p| self.initialize(&id, p)) {
+                Ok(Some(result)) => Some(reply::<Initialize>(&id, Ok(result))),
+                Ok(None) => None,
+                Err(error) => Some(error_reply(&id, error)),
+            };
         }
         if let Err(error) = self.check_ready(&method) {
             return Some(error_reply(&id, error));
@@ -279,15 +333,35 @@ impl State {
         }
     }
 
-    fn initialize(&mut self, params: InitializeParams) -> Result<InitializeResult, ErrorObject> {
+    /// `initialize`: the result now, or `None` when it resumes another
+    /// session (which answers once it has the link).
+    fn initialize(
+        &mut self,
+        id: &RequestId,
+        params: InitializeParams,
+    ) -> Result<Option<InitializeResult>, ErrorObject> {
         if self.phase != Phase::New {
             return Err(ErrorObject::invalid_request(
                 "initialize may only be sent once per connection",
             ));
         }
         tracing::info!(client = %params.client_name, "initialize");
+        if let Some(resume) = params.resume_session_id {
+            let claimed = match &self.sessions {
+                Some(sessions) => sessions.claim(&resume),
+                // Over stdio a session ends with its connection: nothing to resume.
+                None => Err(ClaimError::Unknown(resume.clone())),
+            };
+            let wake = claimed.map_err(|error| error.to_error())?;
+            self.claimed = Some((wake, id.clone(), resume.into()));
+            return Ok(None);
+        }
         self.phase = Phase::Initializing;
-        Ok(InitializeResult {
+        Ok(Some(self.initialize_result()))
+    }
+
+    fn initialize_result(&self) -> InitializeResult {
+        InitializeResult {
             protocol_version: PROTOCOL_VERSION.to_owned(),
             server_info: Some(ServerInfo {
                 name: env!("CARGO_PKG_NAME").to_owned(),
@@ -298,7 +372,8 @@ impl State {
                 notifications: NOTIFICATIONS.iter().map(|n| (*n).to_owned()).collect(),
                 features: FEATURES.iter().map(|f| (*f).to_owned()).collect(),
             }),
-        })
+            session_id: Some(self.session_id.to_string()),
+        }
     }
 }
 

@@ -8,7 +8,10 @@ use crate::support::Harness;
 #[tokio::test]
 async fn handshake_reports_version_server_info_and_capabilities() {
     let mut h = Harness::new();
-    let result = h.result("initialize", json!({"clientName": "it"})).await;
+    let mut result = h.result("initialize", json!({"clientName": "it"})).await;
+    // A fresh session's id: an opaque string, here a version 4 UUID.
+    let session = result.as_object_mut().unwrap().remove("sessionId").unwrap();
+    assert_eq!(session.as_str().map(|id| (id.len(), &id[14..15])), Some((36, "4")));
     assert_eq!(
         result,
         json!({

@@ -122,8 +122,9 @@ async fn announces_its_url_on_stdout_and_first_on_stderr() {
 }
 
 #[tokio::test]
-async fn connections_are_independent_and_a_disconnect_kills_only_its_processes() {
-    let mut server = WsServer::start(&["--listen", "ws://127.0.0.1:0"]).await;
+async fn connections_are_independent_and_a_disconnect_ends_only_its_session_after_the_ttl() {
+    let mut server =
+        WsServer::start(&["--listen", "ws://127.0.0.1:0", "--session-ttl", "300ms"]).await;
     let first = Client::connect_ws(&server.url, ClientOptions::default()).await.unwrap();
     let second = Client::connect_ws(&server.url, ClientOptions::default()).await.unwrap();
     // The same process id on both: each connection has its own table.
@@ -239,13 +240,14 @@ async fn a_text_frame_that_is_not_utf8_fails_the_connection_with_1007() {
 }
 
 #[tokio::test]
-async fn a_peer_that_goes_silent_is_dropped_and_its_processes_killed() {
+async fn a_peer_that_goes_silent_is_dropped_and_its_session_ends_after_the_ttl() {
     use exec_server::server::{self, Config, ListenOptions};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}", listener.local_addr().unwrap());
     let options = ListenOptions {
         config: Config::default(),
         ping_interval: std::time::Duration::from_millis(200),
+        session_ttl: std::time::Duration::from_millis(200),
         ..ListenOptions::default()
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -261,7 +263,8 @@ async fn a_peer_that_goes_silent_is_dropped_and_its_processes_killed() {
     let list = peer.next().await.unwrap();
     let pid = list["result"]["processes"][0]["pid"].as_u64().unwrap() as u32;
     // From now on the peer neither reads nor answers pings: after a silent
-    // ping period the server drops it, and its process dies.
+    // ping period the server drops it, its session detaches, and once the
+    // ttl passes unresumed its process dies.
     wait_dead(pid).await;
     drop(peer);
     let _ = stop.send(());

@@ -1,0 +1,180 @@
+//! `--listen unix:PATH`: newline-delimited JSON-RPC on a Unix socket, with the
+//! sessions of a listening server, for a daemon that `--connect` bridges reach.
+//!
+//! Only the server's own user gets in, three times over: the socket's
+//! directory must be private to that user (created mode 0700 when missing;
+//! an existing one open to others is refused), the socket is mode 0600, and a
+//! peer whose SO_PEERCRED uid differs is dropped before a byte is read. One
+//! daemon per path: `PATH.lock` is held (flock) for the server's lifetime, so
+//! a second server on the same path fails instead of stealing the socket, and
+//! a socket file left by a dead daemon is replaced.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use tokio::io::BufReader;
+use tokio::net::{UnixListener, UnixStream};
+
+use super::{stopping, Context};
+use crate::server::{serve_resumable, Channels, Config, OnEof};
+use crate::transport;
+
+/// A bound daemon socket; the socket file is removed when dropped.
+pub struct UnixSocket {
+    /// The listening socket.
+    pub listener: UnixListener,
+    path: PathBuf,
+    _lock: File,
+}
+
+impl Drop for UnixSocket {
+    fn drop(&mut self) {
+        // Still ours: the lock is held until after this.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Binds `path` for `--listen unix:PATH` (see the module docs for the checks).
+pub fn bind(path: &Path) -> io::Result<UnixSocket> {
+    let named = |error: io::Error, what: &str| {
+        io::Error::new(error.kind(), format!("{what} {}: {error}", path.display()))
+    };
+    if !path.is_absolute() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("socket path {} must be absolute", path.display()),
+        ));
+    }
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    private_dir(dir)?;
+    let lock_path = with_suffix(path, ".lock");
+    let lock =
+        private_file(&lock_path).map_err(|e| named(e, "cannot open the lock file of socket"))?;
+    // SAFETY: flock on a descriptor this function owns.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == -1 {
+        return Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!("another exec-server already listens on {}", path.display()),
+        ));
+    }
+    match std::fs::symlink_metadata(path) {
+        // Left by a daemon that is gone (we hold the lock): replace it.
+        Ok(meta) if std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()) => {
+            std::fs::remove_file(path).map_err(|e| named(e, "cannot remove the stale socket"))?;
+        }
+        Ok(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket", path.display()),
+            ))
+        }
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+        Err(error) => return Err(named(error, "cannot inspect")),
+    }
+    let listener = UnixListener::bind(path).map_err(|e| named(e, "cannot listen on"))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| named(e, "cannot restrict the mode of"))?;
+    Ok(UnixSocket { listener, path: path.to_owned(), _lock: lock })
+}
+
+/// Creates `dir` (mode 0700) when missing; refuses one that another user
+/// owns or that others may enter.
+fn private_dir(dir: &Path) -> io::Result<()> {
+    match std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(error) => {
+            return Err(io::Error::new(
+                error.kind(),
+                format!("cannot create the socket's directory {}: {error}", dir.display()),
+            ))
+        }
+    }
+    let meta = std::fs::metadata(dir)?;
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    if meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "the socket's directory {} must belong to uid {uid} and be private (mode 0700); it is uid {}, mode {:o}",
+                dir.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `path` with `suffix` appended to its file name.
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Where a daemon started by `--spawn-daemon` writes its log.
+pub(crate) fn log_path(path: &Path) -> PathBuf {
+    with_suffix(path, ".log")
+}
+
+/// Opens `path` for appending, creating it with mode 0600.
+pub(crate) fn private_file(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path)
+}
+
+/// The uid of the process at the other end of `stream`.
+fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
+    // SAFETY: ucred is plain data, filled in by getsockopt.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED writes at most `len` bytes into `cred`.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            std::ptr::addr_of_mut!(cred).cast(),
+            &mut len,
+        )
+    };
+    if rc == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+/// Serves one Unix-socket connection (on its own thread's runtime).
+pub(super) async fn connection(stream: UnixStream, context: Context) {
+    let Context { options, roots, retained, sessions, stopped, _done, active, .. } = context;
+    let _active = active;
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    match peer_uid(&stream) {
+        Ok(peer) if peer == uid => {}
+        Ok(peer) => {
+            tracing::warn!(peer, uid, "refused a connection from another user");
+            return;
+        }
+        Err(error) => {
+            tracing::warn!(%error, "cannot learn a connection's peer; refused it");
+            return;
+        }
+    }
+    tracing::info!("connection opened");
+    let (read_half, write_half) = stream.into_split();
+    let limit = options.config.max_message_bytes;
+    let (incoming, reader, input_ended) = transport::spawn_reader(
+        BufReader::with_capacity(transport::INPUT_BUFFER, read_half),
+        limit,
+    );
+    let (outgoing, writer) = transport::spawn_writer(write_half);
+    let channels = Channels { incoming, outgoing, reader, writer, input_ended };
+    let config = Config { on_eof: OnEof::Kill, ..options.config.clone() };
+    serve_resumable(channels, roots, &config, retained, &sessions, stopping(stopped)).await;
+    tracing::info!("connection's thread done");
+}

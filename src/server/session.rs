@@ -1,0 +1,64 @@
+//! A session: the processes and the request state that a connection drives,
+//! and that, in a listening server, outlive it until resumed or expired.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::dispatch::State;
+use super::link::Link;
+use super::{Config, Handoff, Sessions, EVENT_QUEUE};
+use crate::fs::Roots;
+use crate::process::{
+    Account, Limits, ProcEvent, ProcessTable, CONNECTION_RETAINED, RETAINED_BYTES,
+};
+use crate::sessions::Registration;
+
+pub(crate) struct Session {
+    pub(super) state: State,
+    pub(super) events: mpsc::Receiver<ProcEvent>,
+    /// In a listening server: the registry's record, removed when the session ends.
+    pub(super) registration: Option<Registration<Handoff>>,
+}
+
+impl Session {
+    pub(super) fn new(
+        roots: Arc<Roots>,
+        config: &Config,
+        retained: Arc<Account>,
+        sessions: Option<&Arc<Sessions>>,
+    ) -> Session {
+        let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
+        let limits = Limits {
+            max_processes: config.max_processes,
+            retained_bytes: RETAINED_BYTES,
+            connection_retained: CONNECTION_RETAINED,
+            server_retained: config.max_retained_bytes,
+            server_account: retained,
+            reservation: config.id_reservation,
+            sandbox: crate::sandbox::Settings {
+                always: config.sandbox,
+                network: config.sandbox_network,
+                helper: config.sandbox_helper.as_deref().map(Arc::from),
+            },
+        };
+        let registration = sessions.map(|sessions| sessions.register());
+        let (id, registry) = match &registration {
+            Some(registration) => {
+                (registration.id().clone(), Some(registration.registry().clone()))
+            }
+            None => (crate::sessions::new_id().into(), None),
+        };
+        let state = State::new(roots, ProcessTable::new(events_tx, limits), id, registry);
+        Session { state, events, registration }
+    }
+
+    /// Takes the link a resuming connection handed over, with the answer to
+    /// its `initialize` queued first.
+    pub(super) fn resumed(&mut self, handoff: Handoff) -> Link {
+        let Handoff { mut link, request, .. } = handoff;
+        let reply = self.state.resume(&request);
+        link.outbox.extend(&mut vec![reply]);
+        link
+    }
+}

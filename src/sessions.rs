@@ -1,0 +1,238 @@
+//! Sessions of a listening server: which exist, which are attached to a
+//! connection, and which wait detached for a client to resume them.
+//!
+//! A session is created by every connection's `initialize` and registered
+//! here as attached. When its connection goes, the session's own thread parks
+//! it (`server::park`) and marks it detached, with a [`Wake`] sender through
+//! which a resuming connection hands it the new link. A detached session ends
+//! when `--session-ttl` passes, when the server stops, or when it is the
+//! oldest beyond `--max-detached-sessions` (see [`Registry::detach`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::protocol::{codes, ErrorObject};
+
+/// Default `--session-ttl`: how long a detached session waits to be resumed.
+pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(30);
+/// Default `--max-detached-sessions`: beyond, the oldest detached session ends.
+pub const DEFAULT_MAX_DETACHED_SESSIONS: usize = 32;
+
+/// What a parked session is woken for.
+pub(crate) enum Wake<L> {
+    /// A connection resumes it, handing over its link.
+    Resume(L),
+    /// It is evicted (too many detached sessions): end it.
+    End,
+}
+
+/// Why a session cannot be resumed.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ClaimError {
+    /// Never existed, ended, or expired.
+    Unknown(String),
+    /// Attached to a live connection.
+    Attached(String),
+}
+
+impl ClaimError {
+    /// The protocol's error for it (PROTOCOL.md, Sessions; exact texts).
+    pub(crate) fn to_error(&self) -> ErrorObject {
+        match self {
+            ClaimError::Unknown(id) => {
+                ErrorObject::invalid_request(format!("unknown session id {id}"))
+            }
+            ClaimError::Attached(id) => ErrorObject::new(
+                codes::SESSION_ATTACHED,
+                format!("session {id} is already attached to another connection"),
+            ),
+        }
+    }
+}
+
+enum Slot<L> {
+    Attached,
+    Detached { wake: oneshot::Sender<Wake<L>>, order: u64 },
+}
+
+struct Inner<L> {
+    slots: HashMap<Arc<str>, Slot<L>>,
+    /// Increases with every detach: the lowest detached `order` is the oldest.
+    next_order: u64,
+}
+
+/// The sessions of one listening server; `L` is what a resume hands over.
+pub(crate) struct Registry<L> {
+    inner: Mutex<Inner<L>>,
+    /// How long a detached session waits.
+    pub(crate) ttl: Duration,
+    max_detached: usize,
+}
+
+impl<L> Registry<L> {
+    pub(crate) fn new(ttl: Duration, max_detached: usize) -> Registry<L> {
+        Registry {
+            inner: Mutex::new(Inner { slots: HashMap::new(), next_order: 0 }),
+            ttl,
+            max_detached,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner<L>> {
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A new session, attached; it leaves the registry when the guard drops.
+    pub(crate) fn register(self: &Arc<Self>) -> Registration<L> {
+        let id: Arc<str> = new_id().into();
+        self.lock().slots.insert(id.clone(), Slot::Attached);
+        Registration { registry: self.clone(), id }
+    }
+
+    /// Marks `id` detached, woken through the returned receiver. Beyond
+    /// `max_detached` detached sessions, the oldest other one is told to end.
+    pub(crate) fn detach(&self, id: &Arc<str>) -> oneshot::Receiver<Wake<L>> {
+        let (wake, woken) = oneshot::channel();
+        let mut inner = self.lock();
+        let order = inner.next_order;
+        inner.next_order += 1;
+        inner.slots.insert(id.clone(), Slot::Detached { wake, order });
+        let detached = inner.slots.values().filter(|s| matches!(s, Slot::Detached { .. })).count();
+        if detached > self.max_detached {
+            let oldest = inner
+                .slots
+                .iter()
+                .filter_map(|(id, slot)| match slot {
+                    Slot::Detached { order, .. } => Some((*order, id.clone())),
+                    Slot::Attached => None,
+                })
+                .min();
+            if let Some((_, oldest)) = oldest {
+                if let Some(Slot::Detached { wake, .. }) =
+                    inner.slots.insert(oldest.clone(), Slot::Attached)
+                {
+                    tracing::warn!(session = %oldest, limit = self.max_detached, "too many detached sessions; ending the oldest");
+                    let _ = wake.send(Wake::End);
+                }
+            }
+        }
+        woken
+    }
+
+    /// Takes detached session `id` for a resuming connection: it is attached
+    /// from now on, and the caller wakes it with the link.
+    pub(crate) fn claim(&self, id: &str) -> Result<oneshot::Sender<Wake<L>>, ClaimError> {
+        let mut inner = self.lock();
+        let Some(slot) = inner.slots.get_mut(id) else {
+            return Err(ClaimError::Unknown(id.to_owned()));
+        };
+        match std::mem::replace(slot, Slot::Attached) {
+            Slot::Detached { wake, .. } if !wake.is_closed() => Ok(wake),
+            Slot::Detached { .. } => Err(ClaimError::Unknown(id.to_owned())),
+            Slot::Attached => Err(ClaimError::Attached(id.to_owned())),
+        }
+    }
+
+    /// The ttl of detached session `id` has passed: true (and it is now
+    /// attached to nobody, to end) unless a connection claimed it meanwhile.
+    pub(crate) fn expire(&self, id: &str) -> bool {
+        let mut inner = self.lock();
+        match inner.slots.get_mut(id) {
+            Some(slot @ Slot::Detached { .. }) => {
+                *slot = Slot::Attached;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A registered session; dropping it removes the session.
+pub(crate) struct Registration<L> {
+    registry: Arc<Registry<L>>,
+    id: Arc<str>,
+}
+
+impl<L> Registration<L> {
+    pub(crate) fn id(&self) -> &Arc<str> {
+        &self.id
+    }
+
+    pub(crate) fn registry(&self) -> &Arc<Registry<L>> {
+        &self.registry
+    }
+}
+
+impl<L> Drop for Registration<L> {
+    fn drop(&mut self) {
+        self.registry.lock().slots.remove(&self.id);
+    }
+}
+
+/// A random session id in the form of a version 4 UUID.
+pub(crate) fn new_id() -> String {
+    let mut bytes = [0u8; 16];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        // SAFETY: getrandom writes at most the given length into the buffer.
+        let got = unsafe {
+            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
+        };
+        if got <= 0 {
+            // No entropy source (cannot happen on Linux ≥ 3.17): fall back on
+            // std's randomly keyed hasher, which still differs per process.
+            let fallback = std::hash::BuildHasher::hash_one(
+                &std::collections::hash_map::RandomState::new(),
+                std::time::SystemTime::now(),
+            );
+            bytes[filled..]
+                .iter_mut()
+                .zip(fallback.to_le_bytes().iter().cycle())
+                .for_each(|(byte, random)| *byte = *random);
+            break;
+        }
+        filled += got as usize;
+    }
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_look_like_uuids_and_differ() {
+        let (a, b) = (new_id(), new_id());
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "4");
+    }
+
+    #[test]
+    fn claim_expire_and_evict() {
+        let registry = Arc::new(Registry::<u32>::new(DEFAULT_SESSION_TTL, 1));
+        let first = registry.register();
+        let id = first.id().clone();
+        assert_eq!(registry.claim(&id).err(), Some(ClaimError::Attached(id.to_string())));
+        assert_eq!(registry.claim("nope").err(), Some(ClaimError::Unknown("nope".into())));
+        let mut woken = registry.detach(&id);
+        let wake = registry.claim(&id).map_err(|_| "claim failed");
+        assert!(!registry.expire(&id), "a claimed session does not expire");
+        assert!(wake.is_ok_and(|wake| wake.send(Wake::Resume(7)).is_ok()));
+        assert!(matches!(woken.try_recv(), Ok(Wake::Resume(7))));
+        // Two detached sessions with room for one: the older is told to end.
+        let second = registry.register();
+        let mut first_woken = registry.detach(&id);
+        let _second_woken = registry.detach(second.id());
+        assert!(matches!(first_woken.try_recv(), Ok(Wake::End)));
+        assert!(registry.expire(second.id()));
+        drop((first, second));
+        assert!(registry.lock().slots.is_empty());
+    }
+}
