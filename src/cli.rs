@@ -267,13 +267,28 @@ fn listen_on(url: Option<&str>, token_file: Option<&std::path::Path>) -> Result<
     Ok(ListenOn::WebSocket(address, token))
 }
 
-/// The absolute path of `unix:PATH` (also `unix://PATH`).
+/// The absolute path of `unix:PATH` (also `unix://PATH`); `unix:` alone is
+/// the default socket, `$XDG_RUNTIME_DIR/exec-server/daemon.sock`, else
+/// `/tmp/exec-server-UID/daemon.sock`.
 fn unix_path(url: &str, flag: &str) -> Result<PathBuf, String> {
-    let path = url.strip_prefix("unix://").or_else(|| url.strip_prefix("unix:")).unwrap_or("");
-    if !path.starts_with('/') {
-        return Err(format!("{flag} {url}: expected unix:PATH with an absolute PATH, such as unix:/run/user/1000/exec-server.sock"));
+    let path = url.strip_prefix("unix://").or_else(|| url.strip_prefix("unix:"));
+    if path == Some("") {
+        return Ok(default_socket());
     }
+    let Some(path) = path.filter(|path| path.starts_with('/')) else {
+        return Err(format!("{flag} {url}: expected unix:PATH with an absolute PATH, such as unix:/run/user/1000/exec-server.sock, or unix: for the default socket"));
+    };
     Ok(PathBuf::from(path))
+}
+
+fn default_socket() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|dir| !dir.is_empty()) {
+        Some(dir) => PathBuf::from(dir).join("exec-server/daemon.sock"),
+        // SAFETY: geteuid cannot fail.
+        None => {
+            PathBuf::from(format!("/tmp/exec-server-{}/daemon.sock", unsafe { libc::geteuid() }))
+        }
+    }
 }
 
 /// Parses a duration: a number of seconds, or a number with `ms`, `s`, `m` or `h`.

@@ -6,11 +6,11 @@
 
 mod events;
 mod process;
+mod resume;
 mod routing;
 mod watching;
 mod ws;
 
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 
 pub use self::events::{Event, EventStream};
 pub use self::process::{ExitStatus, OutputChunk, Process};
+pub(crate) use self::resume::{Connector, Transport};
 use self::routing::{Route, Shared};
 pub use self::watching::Watch;
 use crate::error::Error;
@@ -41,6 +42,10 @@ pub struct ClientOptions {
     pub handshake_timeout: Duration,
     /// Sent as `Authorization: Bearer TOKEN` by [`Client::connect_ws`].
     pub bearer_token: Option<String>,
+    /// How long a client whose connection can be opened again (WebSocket, a
+    /// persistent launcher) keeps trying to resume its session after a drop
+    /// (default 25 s, inside the server's 30 s ttl; zero: never).
+    pub resume_within: Duration,
 }
 
 impl Default for ClientOptions {
@@ -49,6 +54,7 @@ impl Default for ClientOptions {
             client_name: "exec-server-client".to_owned(),
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             bearer_token: None,
+            resume_within: resume::DEFAULT_RESUME_WITHIN,
         }
     }
 }
@@ -77,12 +83,13 @@ pub struct Client {
 struct Inner {
     shared: Arc<Shared>,
     outgoing: Mutex<Option<mpsc::Sender<String>>>,
-    next_id: AtomicI64,
     info: InitializeResult,
+    /// The reader task, or for a resumable client the supervisor that owns
+    /// each connection's reader and writer and resumes the session.
     reader: JoinHandle<()>,
     /// Not aborted on drop: it ends by itself once `outgoing` is dropped, after
-    /// flushing what is queued and closing the output.
-    _writer: JoinHandle<std::io::Result<()>>,
+    /// flushing what is queued and closing the output (None: the supervisor's).
+    _writer: Option<JoinHandle<std::io::Result<()>>>,
     server: Option<JoinHandle<std::io::Result<()>>>,
 }
 
@@ -122,10 +129,54 @@ impl Client {
     /// Connects to a server listening on WebSocket (`exec-server --listen
     /// ws://IP:PORT`) and performs the handshake; `options.bearer_token` is
     /// sent when the server requires one. The same [`Client`] as over stdio.
+    ///
+    /// When the connection drops, the client reconnects and resumes its
+    /// session for up to `options.resume_within` (see [`Client::connect_resumable`]).
     pub async fn connect_ws(url: &str, options: ClientOptions) -> Result<Client, Error> {
-        let (pipe, bridge) = ws::open(url, options.bearer_token.as_deref()).await?;
-        let (read, write) = tokio::io::split(pipe);
-        Client::start_connection(read, write, options, Some(bridge)).await
+        let url = url.to_owned();
+        let token = options.bearer_token.clone();
+        let connector: resume::Connector = Arc::new(move || {
+            let (url, token) = (url.clone(), token.clone());
+            Box::pin(async move {
+                let (pipe, bridge) = ws::open(&url, token.as_deref()).await?;
+                let (read, write) = tokio::io::split(pipe);
+                Ok(resume::Transport {
+                    reader: Box::new(read),
+                    writer: Box::new(write),
+                    keep: Some(bridge),
+                })
+            })
+        });
+        Client::connect_resumable(connector, options).await
+    }
+
+    /// Connects through `connector`, which opens a new connection to the same
+    /// server each time it is called. When a connection drops, the client
+    /// calls it again (with backoff) for up to `options.resume_within` and
+    /// resumes its session: in-flight reads and writes with a writeId are sent
+    /// again, and [`Process`] handles get what they missed, in order. A
+    /// session that cannot be resumed fails every call and handle with
+    /// [`Error::SessionLost`].
+    pub(crate) async fn connect_resumable(
+        connector: resume::Connector,
+        options: ClientOptions,
+    ) -> Result<Client, Error> {
+        let deadline = options.handshake_timeout;
+        match tokio::time::timeout(deadline, resume::connect(connector, options)).await {
+            Ok(Ok((shared, outgoing, info, supervisor))) => {
+                let inner = Inner {
+                    shared,
+                    outgoing: Mutex::new(Some(outgoing)),
+                    info,
+                    reader: supervisor,
+                    _writer: None,
+                    server: None,
+                };
+                Ok(Client { inner: Arc::new(inner) })
+            }
+            Ok(Err(error)) => Err(error),
+            Err(_) => Err(Error::Timeout { what: "the initialize response", timeout: deadline }),
+        }
     }
 
     /// A server running inside this process (`server::run` on a duplex pipe),
@@ -165,11 +216,7 @@ impl Client {
                 return Err(Error::Timeout { what: "the initialize response", timeout: deadline });
             }
         };
-        let sends_closed = info
-            .capabilities
-            .as_ref()
-            .is_some_and(|c| c.notifications.iter().any(|n| n == ProcessClosed::NAME));
-        shared.set_sends_closed(sends_closed);
+        shared.set_sends_closed(sends_closed(&info));
         let initialized = encode_notification::<Initialized>(&Empty {}, 64);
         if outgoing.send(initialized).await.is_err() {
             reader.abort();
@@ -178,10 +225,9 @@ impl Client {
         let inner = Inner {
             shared,
             outgoing: Mutex::new(Some(outgoing)),
-            next_id: AtomicI64::new(2),
             info,
             reader,
-            _writer: writer,
+            _writer: Some(writer),
             server,
         };
         Ok(Client { inner: Arc::new(inner) })
@@ -199,9 +245,13 @@ impl Client {
 
     /// Calls method `M` and decodes its result.
     pub async fn call<M: Method>(&self, params: &M::Params) -> Result<M::Result, Error> {
-        let id = RequestId::from(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
-        let outgoing = lock(&self.inner.outgoing).clone().ok_or(Error::Closed)?;
+        let id = self.inner.shared.next_id();
+        let outgoing = self.outgoing()?;
         round_trip::<M>(&self.inner.shared, &outgoing, id, params).await
+    }
+
+    fn outgoing(&self) -> Result<mpsc::Sender<String>, Error> {
+        lock(&self.inner.outgoing).clone().ok_or_else(|| self.inner.shared.closed_error())
     }
 
     /// `fs/writeFile` of `data` with `params` (their `dataBase64` ignored): the
@@ -212,10 +262,10 @@ impl Client {
         params: &WriteFileParams,
         data: &[u8],
     ) -> Result<Empty, Error> {
-        let id = RequestId::from(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
+        let id = self.inner.shared.next_id();
         let line = encode_write_file_bytes(&id, params, data)
             .map_err(|e| Error::Encode(format!("{} params: {e}", WriteFile::NAME)))?;
-        let outgoing = lock(&self.inner.outgoing).clone().ok_or(Error::Closed)?;
+        let outgoing = self.outgoing()?;
         line_round_trip::<WriteFile>(&self.inner.shared, &outgoing, id, line).await
     }
 
@@ -259,7 +309,7 @@ impl Client {
     /// its own on the current runtime; when it cannot be delivered at all (the
     /// connection is gone, or no runtime), that is logged.
     pub(crate) fn send_and_forget<M: Method>(&self, params: &M::Params) {
-        let id = RequestId::from(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
+        let id = self.inner.shared.next_id();
         let Ok(line) = encode_request::<M>(&id, params) else { return };
         let Some(outgoing) = lock(&self.inner.outgoing).clone() else {
             tracing::warn!(method = M::NAME, "cannot send: the connection is closed");
@@ -373,12 +423,16 @@ async fn line_round_trip<M: Method>(
     line: String,
 ) -> Result<M::Result, Error> {
     let (tx, rx) = oneshot::channel();
-    shared.add_pending(id.clone(), tx)?;
+    if resume::retryable(M::NAME, &line) {
+        shared.add_retryable(id.clone(), tx, &line)?;
+    } else {
+        shared.add_pending(id.clone(), tx)?;
+    }
     if outgoing.send(line).await.is_err() {
         shared.remove_pending(&id);
-        return Err(Error::Closed);
+        return Err(shared.closed_error());
     }
-    let value = rx.await.map_err(|_| Error::Closed)?.map_err(Error::Rpc)?;
+    let value = rx.await.map_err(|_| shared.closed_error())?.map_err(Error::Rpc)?;
     serde_json::from_value(value)
         .map_err(|e| Error::Protocol(format!("bad {} result: {e}", M::NAME)))
 }
@@ -399,7 +453,20 @@ async fn handshake(
     Ok(info)
 }
 
+/// Whether the server sends `process/closed` (Part B), from its capabilities.
+fn sends_closed(info: &InitializeResult) -> bool {
+    info.capabilities
+        .as_ref()
+        .is_some_and(|c| c.notifications.iter().any(|n| n == ProcessClosed::NAME))
+}
+
 async fn read_loop<R: AsyncRead + Unpin>(reader: R, shared: Arc<Shared>) {
+    read_lines(reader, &shared).await;
+    shared.close();
+}
+
+/// Routes every message from `reader` until it ends.
+async fn read_lines<R: AsyncRead + Unpin>(reader: R, shared: &Shared) {
     let mut reader = BufReader::with_capacity(transport::INPUT_BUFFER, reader);
     // One buffer for every line: output notifications come by the thousand.
     let mut line = Vec::new();
@@ -419,7 +486,6 @@ async fn read_loop<R: AsyncRead + Unpin>(reader: R, shared: Arc<Shared>) {
             }
         }
     }
-    shared.close();
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -11,6 +11,10 @@ pub enum Error {
     /// The connection to the server is gone (closed, crashed, or shut down).
     #[error("connection to exec-server closed")]
     Closed,
+    /// The connection dropped and its session could not be resumed (the ttl
+    /// passed, the server restarted): what ran in it is gone.
+    #[error("exec-server session lost: {0}")]
+    SessionLost(String),
     /// The server answered with an error object (code, message, data).
     #[error("exec-server error {}: {}", .0.code, .0.message)]
     Rpc(ErrorObject),

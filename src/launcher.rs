@@ -36,6 +36,9 @@ pub struct LaunchCommand {
     pub cwd: Option<PathBuf>,
     /// Install the server first when the remote lacks it (set by [`SshCommand::install_if_missing`]).
     pub(crate) self_install: Option<SelfInstall>,
+    /// Reach a daemon through a bridge, reconnecting when it drops (set by
+    /// [`SshCommand::persistent`]).
+    pub(crate) persistent: bool,
 }
 
 impl LaunchCommand {
@@ -47,6 +50,7 @@ impl LaunchCommand {
             env: Vec::new(),
             cwd: None,
             self_install: None,
+            persistent: false,
         }
     }
 
@@ -129,6 +133,8 @@ pub struct Launcher {
     stderr: JoinHandle<()>,
     /// A `--listen` server does not read stdin: it ends on SIGTERM.
     listening: bool,
+    /// In daemon mode, the bridges started after the first (one per resume).
+    bridges: Arc<Mutex<Vec<Child>>>,
 }
 
 impl Launcher {
@@ -143,12 +149,9 @@ impl Launcher {
         options: ClientOptions,
     ) -> Result<Launcher, Error> {
         let command = command.into();
-        let mut started = Started::spawn(&command)?;
-        if let Some(install) = &command.self_install {
-            let dialogue = ssh::self_install(install, &mut started.stdout, &mut started.stdin);
-            if let Err(error) = dialogue.await {
-                return Err(started.abandon(error).await);
-            }
+        let started = Started::spawn_ready(&command).await?;
+        if command.persistent {
+            return Launcher::persistent(command, started, options).await;
         }
         let Started { mut child, stdin, stdout, stderr, pid } = started;
         let stdin = Arc::new(Mutex::new(Some(stdin)));
@@ -156,7 +159,8 @@ impl Launcher {
         match Client::connect_with(stdout, writer, options).await {
             Ok(client) => {
                 let child = Some(child);
-                Ok(Launcher { client, child, stdin, pid, stderr, listening: false })
+                let bridges = Arc::default();
+                Ok(Launcher { client, child, stdin, pid, stderr, listening: false, bridges })
             }
             Err(error) => {
                 let _ = child.start_kill();
@@ -189,9 +193,61 @@ impl Launcher {
                 let Started { child, stdin, stderr, pid, .. } = started;
                 let stdin = Arc::new(Mutex::new(Some(stdin)));
                 let child = Some(child);
-                Ok(Launcher { client, child, stdin, pid, stderr, listening: true })
+                let bridges = Arc::default();
+                Ok(Launcher { client, child, stdin, pid, stderr, listening: true, bridges })
             }
             Err(error) => Err(started.abandon(error).await),
+        }
+    }
+}
+
+impl Launcher {
+    /// Daemon mode: the client reconnects by starting `command` again.
+    async fn persistent(
+        command: LaunchCommand,
+        started: Started,
+        options: ClientOptions,
+    ) -> Result<Launcher, Error> {
+        let Started { child, stdin, stdout, stderr, pid } = started;
+        let first = crate::client::Transport {
+            reader: Box::new(stdout),
+            writer: Box::new(stdin),
+            keep: None,
+        };
+        let first = Arc::new(Mutex::new(Some(first)));
+        let bridges: Arc<Mutex<Vec<Child>>> = Arc::default();
+        let (spawned, command) = (bridges.clone(), Arc::new(command));
+        let connector: crate::client::Connector = Arc::new(move || {
+            let (first, spawned, command) = (first.clone(), spawned.clone(), command.clone());
+            Box::pin(async move {
+                if let Some(transport) = lock(&first).take() {
+                    return Ok(transport);
+                }
+                let Started { child, stdin, stdout, .. } = Started::spawn_ready(&command).await?;
+                let mut bridges = lock(&spawned);
+                // Bridges that ended are reaped as new ones come.
+                bridges.retain_mut(|bridge| matches!(bridge.try_wait(), Ok(None)));
+                bridges.push(child);
+                Ok(crate::client::Transport {
+                    reader: Box::new(stdout),
+                    writer: Box::new(stdin),
+                    keep: None,
+                })
+            })
+        });
+        let mut child = child;
+        match Client::connect_resumable(connector, options).await {
+            Ok(client) => {
+                let stdin = Arc::default();
+                let child = Some(child);
+                Ok(Launcher { client, child, stdin, pid, stderr, listening: false, bridges })
+            }
+            Err(error) => {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                stderr.abort();
+                Err(error)
+            }
         }
     }
 }
@@ -248,6 +304,18 @@ impl Started {
         let stderr = child.stderr.take().ok_or_else(missing)?;
         let stderr = tokio::spawn(forward_stderr(stderr, pid));
         Ok(Started { child, stdin, stdout, stderr, pid })
+    }
+
+    /// Spawns `command` and runs its install dialogue, if any.
+    async fn spawn_ready(command: &LaunchCommand) -> Result<Started, Error> {
+        let mut started = Started::spawn(command)?;
+        if let Some(install) = &command.self_install {
+            let dialogue = ssh::self_install(install, &mut started.stdout, &mut started.stdin);
+            if let Err(error) = dialogue.await {
+                return Err(started.abandon(error).await);
+            }
+        }
+        Ok(started)
     }
 
     /// Kills and reaps the server after a failed start, and returns `error`.
@@ -309,6 +377,10 @@ impl Drop for Launcher {
     /// nothing else could.
     fn drop(&mut self) {
         self.close_stdin();
+        for mut bridge in lock(&self.bridges).drain(..) {
+            // A bridge: its end only detaches the session, which the daemon ends after its ttl.
+            let _ = bridge.start_kill();
+        }
         let Some(mut child) = self.child.take() else { return };
         let (pid, listening) = (self.pid, self.listening);
         let stderr = self.stderr.abort_handle();

@@ -46,6 +46,16 @@ enum IdRepr {
     Str(String),
 }
 
+impl RequestId {
+    /// The id as an integer, when it is one that fits an i64.
+    pub fn as_i64(&self) -> Option<i64> {
+        match self.0 {
+            IdRepr::Int(id) => Some(id),
+            IdRepr::Big(_) | IdRepr::Str(_) => None,
+        }
+    }
+}
+
 impl From<i64> for RequestId {
     fn from(id: i64) -> RequestId {
         RequestId(IdRepr::Int(id))

@@ -141,7 +141,12 @@ impl Process {
                 return Ok(exit);
             }
             if self.status.changed().await.is_err() {
-                return self.status.borrow().exit.clone().ok_or(Error::Closed);
+                return self
+                    .status
+                    .borrow()
+                    .exit
+                    .clone()
+                    .ok_or_else(|| self.client.shared().closed_error());
             }
         }
     }
@@ -199,7 +204,9 @@ impl Process {
     }
 
     async fn write_chunk(&self, bytes: &[u8], close_stdin: bool) -> Result<(), Error> {
-        let params = WriteParams::new(self.id.clone(), bytes.to_vec());
+        // Tagged so that a write sent again after a resume is applied once.
+        let params = WriteParams::new(self.id.clone(), bytes.to_vec())
+            .write_id(self.client.shared().next_write_id());
         let params = if close_stdin { params.close_stdin() } else { params };
         self.client.write(params).await.map(drop)
     }
@@ -237,7 +244,7 @@ impl Process {
         if self.status.borrow().closed_seq.is_some() {
             Ok(())
         } else {
-            Err(Error::Closed)
+            Err(self.client.shared().closed_error())
         }
     }
 }

@@ -1,7 +1,7 @@
 //! State shared by a client and its reader task: pending calls, process routes, event subscribers.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use serde_json::Value;
@@ -47,6 +47,9 @@ impl Route {
 #[derive(Default)]
 struct Pending {
     calls: HashMap<RequestId, oneshot::Sender<Reply>>,
+    /// The encoded requests of calls that are safe to send again after a
+    /// resume (reads, and writes with a writeId).
+    retry: HashMap<RequestId, String>,
     ignored: HashSet<RequestId>,
     closed: bool,
 }
@@ -63,6 +66,13 @@ pub(crate) struct Shared {
     sends_closed: AtomicBool,
     /// Where `fs/changed` goes.
     pub(crate) watches: Mutex<WatchRoutes>,
+    /// Request ids, from 2 (1 is the first `initialize`).
+    next_id: AtomicI64,
+    /// Unique to this client, so its writeIds never meet another's.
+    write_prefix: String,
+    next_write: AtomicU64,
+    /// Why the connection ended for good, when it was not simply closed (a session lost).
+    lost: Mutex<Option<String>>,
 }
 
 impl Default for Shared {
@@ -75,6 +85,10 @@ impl Default for Shared {
             next_route: AtomicU64::new(1),
             watches: Mutex::default(),
             sends_closed: AtomicBool::new(true),
+            next_id: AtomicI64::new(2),
+            write_prefix: crate::sessions::new_id(),
+            next_write: AtomicU64::new(1),
+            lost: Mutex::new(None),
         }
     }
 }
@@ -87,14 +101,104 @@ impl Shared {
     ) -> Result<(), Error> {
         let mut pending = lock(&self.pending);
         if pending.closed {
-            return Err(Error::Closed);
+            return Err(self.closed_error());
         }
         pending.calls.insert(id, reply);
         Ok(())
     }
 
+    /// Like [`Shared::add_pending`], for a call that a resumed session may be sent again.
+    pub(crate) fn add_retryable(
+        &self,
+        id: RequestId,
+        reply: oneshot::Sender<Reply>,
+        line: &str,
+    ) -> Result<(), Error> {
+        let mut pending = lock(&self.pending);
+        if pending.closed {
+            return Err(self.closed_error());
+        }
+        pending.retry.insert(id.clone(), line.to_owned());
+        pending.calls.insert(id, reply);
+        Ok(())
+    }
+
     pub(crate) fn remove_pending(&self, id: &RequestId) {
-        lock(&self.pending).calls.remove(id);
+        let mut pending = lock(&self.pending);
+        pending.calls.remove(id);
+        pending.retry.remove(id);
+    }
+
+    /// A fresh `writeId`: this client's random prefix and a counter.
+    pub(crate) fn next_write_id(&self) -> String {
+        format!("{}-{}", self.write_prefix, self.next_write.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// A fresh request id.
+    pub(crate) fn next_id(&self) -> RequestId {
+        RequestId::from(self.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The connection dropped and a resume begins: calls that cannot be sent
+    /// again fail now (their outcome is unknown); the lines of the others are
+    /// returned, oldest first, to send on the resumed connection.
+    pub(crate) fn connection_lost(&self) -> Vec<String> {
+        let mut pending = lock(&self.pending);
+        let Pending { calls, retry, .. } = &mut *pending;
+        calls.retain(|id, _| retry.contains_key(id));
+        let mut lines: Vec<(RequestId, String)> =
+            retry.iter().map(|(id, line)| (id.clone(), line.clone())).collect();
+        lines.sort_by_key(|(id, _)| id.as_i64());
+        lines.into_iter().map(|(_, line)| line).collect()
+    }
+
+    /// Ends the connection for good because `reason` (a session that cannot
+    /// be resumed): every pending call and handle fails with it.
+    pub(crate) fn close_lost(&self, reason: String) {
+        *lock(&self.lost) = Some(reason);
+        self.close();
+    }
+
+    /// The error of a call or handle whose connection is gone.
+    pub(crate) fn closed_error(&self) -> Error {
+        match lock(&self.lost).clone() {
+            Some(reason) => Error::SessionLost(reason),
+            None => Error::Closed,
+        }
+    }
+
+    /// The processes with handles, and the last seq each has seen.
+    pub(crate) fn routed(&self) -> Vec<(String, u64)> {
+        lock(&self.routes).iter().map(|(id, route)| (id.clone(), route.last_seq)).collect()
+    }
+
+    /// A `process/read` made after a resume: what was missed while the
+    /// connection was down (chunks, the exit, the close) reaches the handle.
+    pub(crate) fn caught_up(&self, id: &str, read: ReadResult) {
+        let mut routes = lock(&self.routes);
+        let Some(route) = routes.get_mut(id) else { return };
+        for chunk in read.chunks {
+            if chunk.seq > route.last_seq {
+                route.last_seq = chunk.seq;
+                let chunk =
+                    OutputChunk { seq: chunk.seq, stream: chunk.stream, bytes: chunk.chunk.0 };
+                // A full queue drops the chunk; the handle fills the gap with process/read.
+                let _ = route.output.try_send(chunk);
+            }
+        }
+        if read.exited {
+            let exit = ExitStatus { code: read.exit_code.unwrap_or(-1), signal: read.signal };
+            let closed = read.closed.then(|| read.next_seq.saturating_sub(1));
+            route.status.send_modify(|status| {
+                status.exit.get_or_insert(exit);
+                if closed.is_some() {
+                    status.closed_seq = closed;
+                }
+            });
+            if closed.is_some() {
+                routes.remove(id);
+            }
+        }
     }
 
     pub(crate) fn ignore_response(&self, id: RequestId) {
@@ -111,7 +215,7 @@ impl Shared {
     /// the server still knows the id and would refuse the start.
     pub(crate) fn add_route(&self, id: &str, mut route: Route) -> Result<u64, Error> {
         if lock(&self.pending).closed {
-            return Err(Error::Closed);
+            return Err(self.closed_error());
         }
         let mut routes = lock(&self.routes);
         if routes.contains_key(id) {
@@ -157,6 +261,7 @@ impl Shared {
             Message::Response(response) => {
                 let mut pending = lock(&self.pending);
                 if let Some(reply) = pending.calls.remove(&response.id) {
+                    pending.retry.remove(&response.id);
                     let _ = reply.send(response.result);
                 } else if !pending.ignored.remove(&response.id) {
                     tracing::warn!(id = %response.id, "response to an unknown request");
@@ -181,6 +286,7 @@ impl Shared {
         let calls = {
             let mut pending = lock(&self.pending);
             pending.closed = true;
+            pending.retry.clear();
             std::mem::take(&mut pending.calls)
         };
         drop(calls);

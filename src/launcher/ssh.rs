@@ -37,6 +37,8 @@ pub struct SshCommand {
     remote_args: Vec<String>,
     install: Option<PathBuf>,
     install_dir: Option<String>,
+    /// The daemon's socket on the remote, in daemon mode.
+    daemon: Option<String>,
 }
 
 /// How to install the server on a remote that lacks it (see [`SshCommand::install_if_missing`]).
@@ -56,7 +58,25 @@ impl SshCommand {
             remote_args: Vec::new(),
             install: None,
             install_dir: None,
+            daemon: None,
         }
+    }
+
+    /// Daemon mode: the remote runs `exec-server --connect unix:SOCKET
+    /// --spawn-daemon` (a bridge to a daemon it starts when none answers, at
+    /// the remote's default socket), so the session outlives a dropped ssh
+    /// connection; the launcher's client opens a new ssh connection and
+    /// resumes it. Dropping the launcher closes the session's connection: the
+    /// daemon ends its processes once `--session-ttl` passes (30 s).
+    pub fn persistent(self) -> SshCommand {
+        self.persistent_at("")
+    }
+
+    /// [`SshCommand::persistent`] with the daemon's socket at `socket` (an
+    /// absolute path on the remote).
+    pub fn persistent_at(mut self, socket: impl Into<String>) -> SshCommand {
+        self.daemon = Some(socket.into());
+        self
     }
 
     /// The local `ssh` program (default: `ssh` on PATH).
@@ -98,9 +118,24 @@ impl SshCommand {
         self
     }
 
+    /// The remote program's arguments: daemon mode's, then the caller's.
+    fn all_remote_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        if let Some(socket) = &self.daemon {
+            args.extend([
+                "--connect".to_owned(),
+                format!("unix:{socket}"),
+                "--spawn-daemon".to_owned(),
+            ]);
+        }
+        args.extend(self.remote_args.iter().cloned());
+        args
+    }
+
     fn remote_command(&self) -> String {
+        let remote_args = self.all_remote_args();
         let mut words = vec![quote(&self.remote_program)];
-        words.extend(self.remote_args.iter().map(|a| quote(a)));
+        words.extend(remote_args.iter().map(|a| quote(a)));
         let run = words.join(" ");
         if self.install.is_none() {
             return run;
@@ -110,7 +145,7 @@ impl SshCommand {
             Some(dir) => quote(dir),
             None => format!("\"${{XDG_CACHE_HOME:-$HOME/.cache}}/exec-server/{version}\""),
         };
-        let args = self.remote_args.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" ");
+        let args = remote_args.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" ");
         let script = format!(
             "prog={program}; dir={dir}; bin=\"$dir/exec-server\"\n\
              if command -v \"$prog\" >/dev/null 2>&1; then echo {READY}; exec {run}; fi\n\
@@ -131,6 +166,12 @@ impl SshCommand {
 impl From<SshCommand> for LaunchCommand {
     fn from(ssh: SshCommand) -> LaunchCommand {
         let mut args = vec!["-T".to_owned(), "-o".to_owned(), "BatchMode=yes".to_owned()];
+        if ssh.daemon.is_some() {
+            // A dead link is noticed within 15 s, so the client can resume in time.
+            for option in ["ServerAliveInterval=5", "ServerAliveCountMax=3"] {
+                args.extend(["-o".to_owned(), option.to_owned()]);
+            }
+        }
         args.extend(ssh.options.iter().cloned());
         args.push("--".to_owned());
         args.push(ssh.destination.clone());
@@ -138,6 +179,7 @@ impl From<SshCommand> for LaunchCommand {
         let mut command = LaunchCommand::new(ssh.ssh.clone());
         command.args = args;
         command.self_install = ssh.install.clone().map(|binary| SelfInstall { binary });
+        command.persistent = ssh.daemon.is_some();
         command
     }
 }

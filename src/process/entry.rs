@@ -281,12 +281,15 @@ impl Entry {
             Life::Running | Life::Exited(_) => (None, 0),
         };
         let exited = exit.is_some() && page.next_seq > exit_seq;
+        let closed =
+            matches!(self.life, Life::Closed(..)) && page.next_seq > self.output.last_seq();
         ReadResult {
             chunks: page.chunks,
             next_seq: page.next_seq,
             exited,
             exit_code: exit.filter(|_| exited).map(|e| e.code),
             signal: exit.filter(|_| exited).and_then(|e| e.signal.clone()),
+            closed,
         }
     }
 

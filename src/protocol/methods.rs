@@ -378,6 +378,10 @@ pub struct ReadResult {
     /// Name of the killing signal, when a signal ended the process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<String>,
+    /// Every stream has ended, `process/closed` was sent, and this page holds
+    /// the last chunk (Part B; absent from older servers: false).
+    #[serde(default)]
+    pub closed: bool,
 }
 
 /// `process/write` params.

@@ -1,0 +1,254 @@
+//! A client that outlives its connections: when one drops, it opens another
+//! and resumes the session (PROTOCOL.md, Sessions).
+//!
+//! Callers write to one queue for the client's whole life; a supervisor task
+//! moves its lines to the current connection. When the connection ends
+//! without the client having closed it, the supervisor fails the calls that
+//! cannot be sent twice, opens a new connection with backoff until
+//! `resume_within` has passed, sends `initialize {resumeSessionId}`, then
+//! sends again the calls that can (reads, writes with a writeId), and reads
+//! each process with a handle from the last seq it saw, so the handle gets
+//! what it missed, its exit and its close. A session the server no longer
+//! knows, or a window that closes, fails every call and handle with
+//! [`Error::SessionLost`].
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::routing::Shared;
+use super::{read_lines, sends_closed};
+use crate::error::Error;
+use crate::protocol::*;
+use crate::transport;
+
+/// Default [`super::ClientOptions::resume_within`]: inside the server's 30 s ttl.
+pub(crate) const DEFAULT_RESUME_WITHIN: Duration = Duration::from_secs(25);
+/// The first pause between attempts; it doubles up to [`MAX_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+const MAX_PAUSE: Duration = Duration::from_secs(1);
+/// How long one attempt (connect and handshake) may take.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Methods that are safe to send again: they change nothing.
+const SAFE: [&str; 5] =
+    [ProcessRead::NAME, ProcessList::NAME, ReadFile::NAME, GetMetadata::NAME, ReadDirectory::NAME];
+
+/// One connection's byte streams, and a task that must live as long (a WebSocket bridge).
+pub(crate) struct Transport {
+    pub(crate) reader: Box<dyn AsyncRead + Send + Unpin>,
+    pub(crate) writer: Box<dyn AsyncWrite + Send + Unpin>,
+    pub(crate) keep: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+/// Opens a new connection to the same server.
+pub(crate) type Connector =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<Transport, Error>> + Send>> + Send + Sync>;
+
+/// Whether the request `line` of `method` may be sent again after a resume.
+pub(crate) fn retryable(method: &str, line: &str) -> bool {
+    // Inside a JSON string a quote is escaped, so this key cannot come from a value.
+    SAFE.contains(&method) || (method == ProcessWrite::NAME && line.contains("\"writeId\":"))
+}
+
+/// One live connection as the supervisor holds it. Dropped, it ends by
+/// itself: the writer closes the output, and the server then closes the input.
+struct Connection {
+    lines: mpsc::Sender<String>,
+    reader: JoinHandle<()>,
+    _writer: JoinHandle<std::io::Result<()>>,
+    _keep: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+/// Opens the first connection and performs the handshake; returns the shared
+/// state, the callers' queue, the server's answer and the supervisor.
+pub(super) async fn connect(
+    connector: Connector,
+    options: super::ClientOptions,
+) -> Result<(Arc<Shared>, mpsc::Sender<String>, InitializeResult, JoinHandle<()>), Error> {
+    let shared = Arc::new(Shared::default());
+    let params = InitializeParams::new(options.client_name.clone());
+    let (connection, info) = open(&connector, &shared, params).await?;
+    shared.set_sends_closed(sends_closed(&info));
+    let (outgoing, queue) = mpsc::channel(4);
+    let supervisor = Supervisor {
+        shared: shared.clone(),
+        queue,
+        connector,
+        session_id: info.session_id.clone(),
+        client_name: options.client_name,
+        within: options.resume_within,
+    };
+    let task = tokio::spawn(supervisor.run(connection));
+    Ok((shared, outgoing, info, task))
+}
+
+/// Opens a connection and sends `initialize` (then `initialized`) on it.
+async fn open(
+    connector: &Connector,
+    shared: &Arc<Shared>,
+    params: InitializeParams,
+) -> Result<(Connection, InitializeResult), Error> {
+    let Transport { reader, writer, keep } = connector().await?;
+    let (lines, writer) = transport::spawn_writer(writer);
+    let reading = shared.clone();
+    let reader = tokio::spawn(async move { read_lines(reader, &reading).await });
+    let connection = Connection { lines, reader, _writer: writer, _keep: keep };
+    let id = shared.next_id();
+    let line = encode_request::<Initialize>(&id, &params)
+        .map_err(|e| Error::Encode(format!("initialize params: {e}")))?;
+    let value = request(shared, &connection.lines, id, line).await?;
+    let info: InitializeResult = serde_json::from_value(value)
+        .map_err(|e| Error::Protocol(format!("bad initialize result: {e}")))?;
+    if info.protocol_version != PROTOCOL_VERSION {
+        return Err(Error::Protocol(format!(
+            "server speaks {}, not {PROTOCOL_VERSION}",
+            info.protocol_version
+        )));
+    }
+    let initialized = encode_notification::<Initialized>(&Empty {}, 64);
+    connection.lines.send(initialized).await.map_err(|_| Error::Closed)?;
+    Ok((connection, info))
+}
+
+/// Sends `line` (request `id`) on this connection and awaits its result.
+async fn request(
+    shared: &Shared,
+    lines: &mpsc::Sender<String>,
+    id: RequestId,
+    line: String,
+) -> Result<serde_json::Value, Error> {
+    let (tx, rx) = oneshot::channel();
+    shared.add_pending(id.clone(), tx)?;
+    if lines.send(line).await.is_err() {
+        shared.remove_pending(&id);
+        return Err(Error::Closed);
+    }
+    rx.await.map_err(|_| Error::Closed)?.map_err(Error::Rpc)
+}
+
+struct Supervisor {
+    shared: Arc<Shared>,
+    /// What callers send, for every connection in turn.
+    queue: mpsc::Receiver<String>,
+    connector: Connector,
+    /// None: an older server without sessions, which cannot be resumed.
+    session_id: Option<String>,
+    client_name: String,
+    within: Duration,
+}
+
+impl Supervisor {
+    async fn run(mut self, mut connection: Connection) {
+        loop {
+            if !self.forward(&mut connection).await {
+                // The client closed: the server sees EOF and ends the session.
+                let Connection { lines, mut reader, .. } = connection;
+                drop(lines);
+                let _ = tokio::time::timeout(Duration::from_secs(2), &mut reader).await;
+                self.shared.close();
+                return;
+            }
+            let Some(session) = self.session_id.clone().filter(|_| !self.within.is_zero()) else {
+                self.shared.close();
+                return;
+            };
+            tracing::info!(%session, "connection lost; resuming the session");
+            let retry = self.shared.connection_lost();
+            match self.resume(&session).await {
+                Ok(resumed) => {
+                    connection = resumed;
+                    for line in retry {
+                        if connection.lines.send(line).await.is_err() {
+                            break;
+                        }
+                    }
+                    self.catch_up(&connection);
+                }
+                Err(reason) => {
+                    tracing::warn!(%session, %reason, "cannot resume the session");
+                    self.shared.close_lost(reason);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Moves queued lines to `connection` until it ends (true) or the client closes (false).
+    async fn forward(&mut self, connection: &mut Connection) -> bool {
+        loop {
+            tokio::select! {
+                line = self.queue.recv() => match line {
+                    Some(line) => {
+                        if connection.lines.send(line).await.is_err() {
+                            return true;
+                        }
+                    }
+                    None => return false,
+                },
+                _ = &mut connection.reader => return true,
+            }
+        }
+    }
+
+    /// Opens connections until one resumes `session`, or says why none can.
+    async fn resume(&self, session: &str) -> Result<Connection, String> {
+        let started = Instant::now();
+        let deadline = started + self.within;
+        let mut pause = FIRST_PAUSE;
+        let mut last = String::from("no attempt finished");
+        while Instant::now() < deadline {
+            let params = InitializeParams::new(self.client_name.clone()).resume(session);
+            let attempt = open(&self.connector, &self.shared, params);
+            match tokio::time::timeout(ATTEMPT_TIMEOUT, attempt).await {
+                Ok(Ok((connection, info))) => {
+                    if info.session_id.as_deref() != Some(session) {
+                        return Err(format!(
+                            "the server answered the resume of session {session} with session {:?}",
+                            info.session_id
+                        ));
+                    }
+                    tracing::info!(%session, after = ?started.elapsed(), "session resumed");
+                    return Ok(connection);
+                }
+                // Unknown: expired, or the server restarted. Nothing to wait for.
+                Ok(Err(Error::Rpc(error))) if error.code == codes::INVALID_REQUEST => {
+                    return Err(format!("session {session} cannot be resumed: {}", error.message));
+                }
+                // Still attached (the server has not noticed the drop yet), or no server yet.
+                Ok(Err(error)) => last = error.to_string(),
+                Err(_) => last = format!("an attempt took over {ATTEMPT_TIMEOUT:?}"),
+            }
+            tokio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
+            pause = (pause * 2).min(MAX_PAUSE);
+        }
+        Err(format!("session {session} was not resumed within {:?}: {last}", self.within))
+    }
+
+    /// Reads every process with a handle from the last seq it saw: what the
+    /// drop swallowed (output, exit, close) reaches the handles.
+    fn catch_up(&self, connection: &Connection) {
+        for (process_id, last_seq) in self.shared.routed() {
+            let shared = self.shared.clone();
+            let lines = connection.lines.clone();
+            // Ends with its reply, or when the connection goes (its pending call fails).
+            tokio::spawn(async move {
+                let id = shared.next_id();
+                let params = ReadParams::new(process_id.clone()).after_seq(last_seq);
+                let Ok(line) = encode_request::<ProcessRead>(&id, &params) else { return };
+                match request(&shared, &lines, id, line).await {
+                    Ok(value) => match serde_json::from_value::<ReadResult>(value) {
+                        Ok(read) => shared.caught_up(&process_id, read),
+                        Err(error) => tracing::warn!(%error, "bad process/read result"),
+                    },
+                    Err(error) => tracing::debug!(%error, %process_id, "catching up failed"),
+                }
+            });
+        }
+    }
+}
