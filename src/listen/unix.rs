@@ -158,6 +158,17 @@ pub(super) async fn connection(stream: UnixStream, context: Context) {
         Ok(peer) if peer == uid => {}
         Ok(peer) => {
             tracing::warn!(peer, uid, "refused a connection from another user");
+            // Nothing of the session machinery is touched: one line, then the close.
+            let refusal = crate::protocol::encode_response::<crate::protocol::Empty>(
+                &crate::protocol::RequestId::from(-1),
+                &Err(crate::protocol::ErrorObject::invalid_request(format!(
+                    "connection refused: the peer runs as uid {peer}, and this server serves only uid {uid}"
+                ))),
+            );
+            let mut stream = stream;
+            let _ =
+                tokio::io::AsyncWriteExt::write_all(&mut stream, format!("{refusal}\n").as_bytes())
+                    .await;
             return;
         }
         Err(error) => {

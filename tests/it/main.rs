@@ -21,6 +21,7 @@ mod robust;
 mod routing;
 mod sandbox;
 mod sandbox_escape;
+mod sessions;
 mod ssh;
 mod support;
 mod traits;

@@ -21,7 +21,7 @@ async fn the_example_session_of_the_protocol() {
     );
     assert_eq!(
         h.result("process/read", json!({"processId": "p1", "afterSeq": 0})).await,
-        json!({"chunks": [{"seq": 1, "stream": "stdout", "chunk": "aGk="}], "nextSeq": 2, "exited": true, "exitCode": 3})
+        json!({"chunks": [{"seq": 1, "stream": "stdout", "chunk": "aGk="}], "nextSeq": 2, "exited": true, "exitCode": 3, "closed": true})
     );
 }
 
@@ -185,7 +185,7 @@ async fn a_waiting_read_does_not_hold_up_later_requests() {
     let answer = h.response(read).await;
     assert_eq!(
         answer["result"],
-        json!({"chunks": [{"seq": 1, "stream": "stdout", "chunk": b64(b"ping")}], "nextSeq": 2, "exited": false, "exitCode": null})
+        json!({"chunks": [{"seq": 1, "stream": "stdout", "chunk": b64(b"ping")}], "nextSeq": 2, "exited": false, "exitCode": null, "closed": false})
     );
 }
 
@@ -194,12 +194,12 @@ async fn a_waiting_read_is_answered_by_exit_or_by_its_deadline() {
     let mut h = Harness::ready().await;
     h.start_with("quiet", &["cat"], json!({"pipeStdin": true})).await;
     let timed_out = h.result("process/read", json!({"processId": "quiet", "waitMs": 50})).await;
-    assert_eq!(timed_out, json!({"chunks": [], "nextSeq": 1, "exited": false, "exitCode": null}));
+    assert_eq!(timed_out, json!({"chunks": [], "nextSeq": 1, "exited": false, "exitCode": null, "closed": false}));
     let read = h.send_request("process/read", json!({"processId": "quiet", "waitMs": 60000})).await;
     h.result("process/write", json!({"processId": "quiet", "chunk": "", "closeStdin": true})).await;
     assert_eq!(
         h.response(read).await["result"],
-        json!({"chunks": [], "nextSeq": 1, "exited": true, "exitCode": 0})
+        json!({"chunks": [], "nextSeq": 1, "exited": true, "exitCode": 0, "closed": true})
     );
 }
 
@@ -325,7 +325,7 @@ async fn terminate_kills_the_whole_group_and_reports_the_signal() {
     );
     assert_eq!(
         h.result("process/read", json!({"processId": "tree", "afterSeq": 1})).await,
-        json!({"chunks": [], "nextSeq": 2, "exited": true, "exitCode": 137, "signal": "SIGKILL"})
+        json!({"chunks": [], "nextSeq": 2, "exited": true, "exitCode": 137, "signal": "SIGKILL", "closed": true})
     );
 }
 

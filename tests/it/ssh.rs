@@ -194,3 +194,37 @@ async fn a_remote_without_exec_server_gets_this_binary_installed() {
         .is_empty());
     assert_eq!(std::fs::metadata(&installed).unwrap().modified().unwrap(), modified);
 }
+
+#[tokio::test]
+async fn a_persistent_launch_survives_a_killed_ssh_client_and_its_handle_sees_everything() {
+    let Some(sshd) = Sshd::start("persistent").await else { return };
+    let socket = sshd.dir.join("run").join("daemon.sock");
+    let command = sshd
+        .command()
+        .remote_program(BIN)
+        .persistent_at(socket.to_str().unwrap())
+        .remote_arg("--session-ttl")
+        .remote_arg("20s");
+    let launcher = within("a persistent launch", Launcher::spawn(command)).await.unwrap();
+    let script = "i=0; while [ $i -lt 200 ]; do echo line$i; i=$((i+1)); sleep 0.005; done; exit 5";
+    let client = launcher.client().clone();
+    let mut process = client.start(StartParams::new("p", ["sh", "-c", script], "/")).await.unwrap();
+    let mut output = Vec::new();
+    while !String::from_utf8_lossy(&output).contains("line10\n") {
+        output.extend(within("early output", process.next_output()).await.unwrap().unwrap().bytes);
+    }
+    // SAFETY: plain kill(2) of the ssh client the launcher started.
+    assert_eq!(unsafe { libc::kill(launcher.pid() as libc::pid_t, libc::SIGKILL) }, 0);
+    let (rest, status) =
+        within("the output after the resume", process.output_to_end()).await.unwrap();
+    output.extend(rest);
+    let expected: String = (0..200).map(|i| format!("line{i}\n")).collect();
+    assert_eq!(String::from_utf8(output).unwrap(), expected);
+    assert_eq!(status.code, 5);
+    // The daemon outlives the launcher (its session ends after the ttl); end it here.
+    let pid = crate::support::peer_pid(&socket) as libc::pid_t;
+    drop(launcher);
+    // SAFETY: kill(2) of the daemon this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    wait_dead(pid as u32).await;
+}

@@ -317,3 +317,24 @@ pub fn snapshot(dir: &std::path::Path) -> std::collections::BTreeMap<PathBuf, St
     }
     entries
 }
+
+/// The pid of the process listening on the Unix socket at `path`, through SO_PEERCRED.
+pub fn peer_pid(path: &std::path::Path) -> u32 {
+    use std::os::fd::AsRawFd;
+    let stream = std::os::unix::net::UnixStream::connect(path).unwrap();
+    // SAFETY: ucred is plain data, filled in by getsockopt.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED writes at most `len` bytes into `cred`.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            std::ptr::addr_of_mut!(cred).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0, "SO_PEERCRED: {}", std::io::Error::last_os_error());
+    cred.pid as u32
+}

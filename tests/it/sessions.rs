@@ -1,0 +1,441 @@
+//! Sessions that survive a dropped connection (PROTOCOL.md, Sessions): the
+//! real binary over real WebSocket and Unix-socket connections, the `--connect`
+//! bridge, and the client's own resume.
+
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use exec_server::{Client, ClientOptions, Error, StartParams};
+use serde_json::{json, Value};
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use crate::binary::{Binary, BIN};
+use crate::support::{
+    b64, is_dead, peer_pid, scratch, start_params, unb64, wait_dead, within, Harness,
+};
+use crate::websocket::{WsPeer, WsServer};
+
+/// Cuts a WebSocket peer's TCP connection without a close frame.
+fn cut(peer: &WsPeer) {
+    let tokio_tungstenite::MaybeTlsStream::Plain(stream) = peer.ws.get_ref() else {
+        panic!("a plain TCP stream")
+    };
+    // SAFETY: shutdown(2) of a socket this test owns.
+    assert_eq!(unsafe { libc::shutdown(stream.as_raw_fd(), libc::SHUT_RDWR) }, 0);
+}
+
+/// `initialize` (resuming `resume` if given) on a raw peer: the whole reply.
+async fn initialize(peer: &mut WsPeer, resume: Option<&str>) -> Value {
+    let mut params = json!({"clientName": "sessions"});
+    if let Some(id) = resume {
+        params["resumeSessionId"] = json!(id);
+    }
+    peer.send_text(&json!({"id": 1, "method": "initialize", "params": params}).to_string()).await;
+    peer.next().await.unwrap()
+}
+
+/// A fresh session on a raw peer; returns its id.
+async fn open_session(peer: &mut WsPeer) -> String {
+    let reply = initialize(peer, None).await;
+    peer.send_text(r#"{"method":"initialized"}"#).await;
+    reply["result"]["sessionId"].as_str().unwrap().to_owned()
+}
+
+/// The next message on `peer` that `matches`, skipping others.
+async fn next_matching(peer: &mut WsPeer, what: &str, matches: impl Fn(&Value) -> bool) -> Value {
+    loop {
+        let message = peer.next().await.unwrap_or_else(|| panic!("closed before {what}"));
+        if matches(&message) {
+            return message;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_resumed_websocket_session_keeps_its_process_seq_and_writes() {
+    let server = WsServer::start(&["--listen", "ws://127.0.0.1:0"]).await;
+    let mut first = WsPeer::connect(&server.url).await;
+    let session = open_session(&mut first).await;
+    assert_eq!(session.len(), 36);
+    let script = "echo one; read line; echo \"got $line\"; exit 4";
+    let start = json!({"id": 2, "method": "process/start", "params": start_params("p", &["sh", "-c", script], json!({"pipeStdin": true}))});
+    first.send_text(&start.to_string()).await;
+    let output =
+        next_matching(&mut first, "the first output", |m| m["method"] == "process/output").await;
+    assert_eq!(
+        (output["params"]["seq"].clone(), unb64(&output["params"]["chunk"])),
+        (json!(1), b"one\n".to_vec())
+    );
+    cut(&first);
+    // The process keeps running while detached; a new connection resumes it.
+    let mut second = WsPeer::connect(&server.url).await;
+    let reply = loop {
+        let reply = initialize(&mut second, Some(&session)).await;
+        // The server may not have noticed the cut yet.
+        if reply["error"]["code"] != -32010 {
+            break reply;
+        }
+        second = WsPeer::connect(&server.url).await;
+    };
+    assert_eq!(reply["result"]["sessionId"], json!(session));
+    second.send_text(r#"{"method":"initialized"}"#).await;
+    let write = |id: i64| {
+        json!({"id": id, "method": "process/write", "params": {"processId": "p", "chunk": b64(b"x\n"), "writeId": "w-1"}}).to_string()
+    };
+    second.send_text(&write(3)).await;
+    assert_eq!(
+        next_matching(&mut second, "write 3", |m| m["id"] == 3).await["result"],
+        json!({"accepted": true})
+    );
+    // A retried write is acknowledged and not applied twice.
+    second.send_text(&write(4)).await;
+    assert_eq!(
+        next_matching(&mut second, "write 4", |m| m["id"] == 4).await["result"],
+        json!({"accepted": true})
+    );
+    let mut chunks = Vec::new();
+    let mut after = 1;
+    let result = loop {
+        let read = json!({"id": 5, "method": "process/read", "params": {"processId": "p", "afterSeq": after, "waitMs": 10000}});
+        second.send_text(&read.to_string()).await;
+        let result =
+            next_matching(&mut second, "the read", |m| m["id"] == 5).await["result"].clone();
+        chunks.extend(
+            result["chunks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| (c["seq"].clone(), unb64(&c["chunk"]))),
+        );
+        after = result["nextSeq"].as_u64().unwrap() - 1;
+        if result["exited"] == true {
+            break result;
+        }
+    };
+    assert_eq!(chunks, vec![(json!(2), b"got x\n".to_vec())]);
+    assert_eq!((result["nextSeq"].clone(), result["exitCode"].clone()), (json!(3), json!(4)));
+}
+
+#[tokio::test]
+async fn resuming_an_attached_or_unknown_session_gets_the_exact_errors() {
+    let server = WsServer::start(&["--listen", "ws://127.0.0.1:0"]).await;
+    let mut first = WsPeer::connect(&server.url).await;
+    let session = open_session(&mut first).await;
+    let mut second = WsPeer::connect(&server.url).await;
+    assert_eq!(
+        initialize(&mut second, Some(&session)).await,
+        json!({"id": 1, "error": {"code": -32010, "message": format!("session {session} is already attached to another connection")}})
+    );
+    // A refused resume leaves the connection uninitialized: it may try again.
+    assert_eq!(
+        initialize(&mut second, Some("no-such-session")).await,
+        json!({"id": 1, "error": {"code": -32600, "message": "unknown session id no-such-session"}})
+    );
+    let fresh = initialize(&mut second, None).await;
+    assert_ne!(fresh["result"]["sessionId"], json!(session));
+}
+
+#[tokio::test]
+async fn over_stdio_no_session_can_be_resumed() {
+    let mut h = Harness::new();
+    let error = h.error("initialize", json!({"clientName": "it", "resumeSessionId": "abc"})).await;
+    assert_eq!(error, json!({"code": -32600, "message": "unknown session id abc"}));
+}
+
+#[tokio::test]
+async fn an_unresumed_session_is_ended_with_its_grandchildren_after_the_ttl() {
+    let server = WsServer::start(&["--listen", "ws://127.0.0.1:0", "--session-ttl", "300ms"]).await;
+    let mut peer = WsPeer::connect(&server.url).await;
+    let session = open_session(&mut peer).await;
+    let script = "sleep 1000 & echo $!; wait";
+    let start = json!({"id": 2, "method": "process/start", "params": start_params("tree", &["sh", "-c", script], json!({}))});
+    peer.send_text(&start.to_string()).await;
+    let output =
+        next_matching(&mut peer, "the grandchild's pid", |m| m["method"] == "process/output").await;
+    let grandchild: u32 =
+        String::from_utf8(unb64(&output["params"]["chunk"])).unwrap().trim().parse().unwrap();
+    peer.send_text(r#"{"id":3,"method":"process/list","params":{}}"#).await;
+    let list = next_matching(&mut peer, "the list", |m| m["id"] == 3).await;
+    let child = list["result"]["processes"][0]["pid"].as_u64().unwrap() as u32;
+    cut(&peer);
+    wait_dead(child).await;
+    wait_dead(grandchild).await;
+    // Ended, not merely detached: it can no longer be resumed.
+    let mut late = WsPeer::connect(&server.url).await;
+    assert_eq!(
+        initialize(&mut late, Some(&session)).await["error"]["message"],
+        json!(format!("unknown session id {session}"))
+    );
+}
+
+/// A TCP relay whose connections the test can cut at once, without close frames.
+struct Relay {
+    url: String,
+    cut: watch::Sender<u64>,
+}
+
+impl Relay {
+    async fn start(target: &str) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("ws://{}", listener.local_addr().unwrap());
+        let target = target.strip_prefix("ws://").unwrap().to_owned();
+        let (cut, cuts) = watch::channel(0u64);
+        tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let outbound = TcpStream::connect(&target).await.unwrap();
+                let mut cuts = cuts.clone();
+                cuts.mark_unchanged();
+                tokio::spawn(async move {
+                    let (mut a_read, mut a_write) = inbound.into_split();
+                    let (mut b_read, mut b_write) = outbound.into_split();
+                    tokio::select! {
+                        _ = tokio::io::copy(&mut a_read, &mut b_write) => {}
+                        _ = tokio::io::copy(&mut b_read, &mut a_write) => {}
+                        _ = cuts.changed() => {}
+                    }
+                    // Dropping the halves resets nothing gracefully: no close frame crosses.
+                });
+            }
+        });
+        Relay { url, cut }
+    }
+
+    fn cut(&self) {
+        self.cut.send_modify(|n| *n += 1);
+    }
+}
+
+#[tokio::test]
+async fn a_client_resumes_through_a_cut_and_its_handle_sees_every_byte_once_then_the_exit() {
+    let server = WsServer::start(&["--listen", "ws://127.0.0.1:0"]).await;
+    let relay = Relay::start(&server.url).await;
+    let client = Client::connect_ws(&relay.url, ClientOptions::default()).await.unwrap();
+    let script = "i=0; while [ $i -lt 300 ]; do echo line$i; i=$((i+1)); sleep 0.002; done; exit 7";
+    let mut process = client.start(StartParams::new("p", ["sh", "-c", script], "/")).await.unwrap();
+    let mut output = Vec::new();
+    while !String::from_utf8_lossy(&output).contains("line20\n") {
+        output.extend(within("early output", process.next_output()).await.unwrap().unwrap().bytes);
+    }
+    relay.cut();
+    let (rest, status) = within("the rest of the output", process.output_to_end()).await.unwrap();
+    output.extend(rest);
+    let expected: String = (0..300).map(|i| format!("line{i}\n")).collect();
+    assert_eq!(String::from_utf8(output).unwrap(), expected);
+    assert_eq!(status.code, 7);
+    // The client goes on working on the resumed session.
+    let list = client.list(Default::default()).await.unwrap();
+    assert_eq!(list.processes.len(), 1);
+}
+
+#[tokio::test]
+async fn a_client_whose_session_cannot_be_resumed_gets_one_clear_error() {
+    let mut server = WsServer::start(&["--listen", "ws://127.0.0.1:0"]).await;
+    let relay = Relay::start(&server.url).await;
+    let options = ClientOptions {
+        resume_within: std::time::Duration::from_secs(3),
+        ..ClientOptions::default()
+    };
+    let client = Client::connect_ws(&relay.url, options).await.unwrap();
+    let mut process = client.start(StartParams::new("p", ["sleep", "1000"], "/")).await.unwrap();
+    // The server goes away for good: a restarted one would not know the session either.
+    server.signal(libc::SIGKILL);
+    server.exit_code().await;
+    relay.cut();
+    let error = within("the handle's error", process.wait()).await.unwrap_err();
+    assert!(matches!(error, Error::SessionLost(_)), "{error:?}");
+    let message = error.to_string();
+    assert!(message.starts_with("exec-server session lost: session "), "{message}");
+    assert!(matches!(client.list(Default::default()).await, Err(Error::SessionLost(_))));
+}
+
+/// A private directory for a daemon's socket (the daemon creates it 0700).
+fn socket_path(name: &str) -> PathBuf {
+    scratch(&format!("daemon-{name}")).join("run").join("d.sock")
+}
+
+/// Kills the daemon at `path` when dropped (a failing test leaves none behind).
+struct Daemon(u32);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) of the daemon this test started.
+        unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGKILL) };
+    }
+}
+
+/// A `--connect --spawn-daemon` bridge to `path`, with the daemon flags `extra`.
+fn bridge(path: &Path, extra: &[&str]) -> Binary {
+    let url = format!("unix:{}", path.display());
+    let mut args = vec!["--connect", &url, "--spawn-daemon"];
+    args.extend_from_slice(extra);
+    Binary::spawn(&args)
+}
+
+#[tokio::test]
+async fn a_killed_bridge_is_followed_by_one_that_resumes_and_a_sigkilled_daemon_takes_its_sessions_down(
+) {
+    let path = socket_path("bridge");
+    let mut first = bridge(&path, &["--session-ttl", "60s"]);
+    let reply = first.result("initialize", json!({"clientName": "bridge"})).await;
+    let session = reply["sessionId"].as_str().unwrap().to_owned();
+    let daemon = Daemon(peer_pid(&path));
+    // Private: the directory is 0700, the socket 0600.
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!((mode(path.parent().unwrap()), mode(&path)), (0o700, 0o600));
+    first.send_line(r#"{"method":"initialized"}"#).await;
+    let script = "sleep 1000 & echo $!; wait";
+    first.call("process/start", start_params("tree", &["sh", "-c", script], json!({}))).await;
+    let output = first.notification("process/output", "tree").await;
+    let grandchild: u32 =
+        String::from_utf8(unb64(&output["chunk"])).unwrap().trim().parse().unwrap();
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+    let mut second = bridge(&path, &[]);
+    let resumed = loop {
+        let reply = second
+            .call("initialize", json!({"clientName": "bridge", "resumeSessionId": session}))
+            .await;
+        if reply["error"]["code"] != -32010 {
+            break reply;
+        }
+        second = bridge(&path, &[]);
+    };
+    assert_eq!(resumed["result"]["sessionId"], json!(session));
+    second.send_line(r#"{"method":"initialized"}"#).await;
+    let list = second.result("process/list", json!({})).await;
+    assert_eq!(list["processes"][0]["processId"], "tree");
+    let child = list["processes"][0]["pid"].as_u64().unwrap() as u32;
+    assert!(!is_dead(grandchild));
+    second.child.start_kill().unwrap();
+    second.child.wait().await.unwrap();
+    // Detached again, with a minute to go: a SIGKILLed daemon still takes it down.
+    // SAFETY: kill(2) of the daemon this test started.
+    assert_eq!(unsafe { libc::kill(daemon.0 as libc::pid_t, libc::SIGKILL) }, 0);
+    wait_dead(daemon.0).await;
+    wait_dead(child).await;
+    wait_dead(grandchild).await;
+}
+
+#[tokio::test]
+async fn a_daemon_refuses_another_user_and_a_public_directory() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        let message = "not root: cannot connect as another user (run as root; CI does)";
+        assert!(std::env::var_os("CI").is_none(), "{message}");
+        eprintln!("SKIPPED: {message}");
+        return;
+    }
+    let path = socket_path("peer");
+    let mut owner = bridge(&path, &[]);
+    owner.result("initialize", json!({"clientName": "owner"})).await;
+    let _daemon = Daemon(peer_pid(&path));
+    // Open the way on purpose, so that only the peer check stands between.
+    std::fs::set_permissions(path.parent().unwrap(), std::fs::Permissions::from_mode(0o711))
+        .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let url = format!("unix:{}", path.display());
+    let mut command = tokio::process::Command::new("setpriv");
+    command.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", BIN, "--connect", &url]);
+    let mut nobody = Binary::from_command(command);
+    nobody.send_line(r#"{"id":1,"method":"initialize","params":{"clientName":"intruder"}}"#).await;
+    let uid = 65534; // nobody
+    assert_eq!(
+        nobody.next().await,
+        Some(
+            json!({"id": -1, "error": {"code": -32600, "message": format!("connection refused: the peer runs as uid {uid}, and this server serves only uid 0")}})
+        )
+    );
+    assert_eq!(nobody.next().await, None, "another user got more than the refusal");
+    nobody.exit_code().await;
+    // A directory others may enter is refused at start.
+    let public = scratch("daemon-public");
+    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let output = std::process::Command::new(BIN)
+        .args(["--listen", &format!("unix:{}/d.sock", public.display())])
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(&format!("the socket's directory {} must belong to uid 0 and be private (mode 0700); it is uid 0, mode 755", public.display())), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_second_daemon_on_the_same_path_is_refused_and_an_idle_one_exits() {
+    let path = socket_path("idle");
+    let url = format!("unix:{}", path.display());
+    let mut first = tokio::process::Command::new(BIN)
+        .args(["--listen", &url, "--idle-exit", "300ms"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut announced = String::new();
+    let mut stdout = first.stdout.take().unwrap();
+    while !announced.ends_with('\n') {
+        let mut byte = [0u8; 1];
+        within("the announced URL", stdout.read_exact(&mut byte)).await.unwrap();
+        announced.push(byte[0] as char);
+    }
+    assert_eq!(announced, format!("{url}\n"));
+    let second = std::process::Command::new(BIN)
+        .args(["--listen", &url])
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&second.stderr)
+        .contains(&format!("another exec-server already listens on {}", path.display())));
+    // No connection and no session: it exits by itself, and its socket goes.
+    let status = within("the idle daemon to exit", first.wait()).await.unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(!path.exists());
+}
+
+#[tokio::test]
+async fn a_retried_write_id_is_applied_once() {
+    let mut h = Harness::ready().await;
+    h.start_with("cat", &["cat"], json!({"pipeStdin": true})).await;
+    for (id, bytes) in [("a", "one "), ("a", "one "), ("b", "two"), ("a", "one ")] {
+        let result = h
+            .result(
+                "process/write",
+                json!({"processId": "cat", "chunk": b64(bytes.as_bytes()), "writeId": id}),
+            )
+            .await;
+        assert_eq!(result, json!({"accepted": true}));
+    }
+    let error =
+        h.error("process/write", json!({"processId": "cat", "chunk": "", "writeId": ""})).await;
+    assert_eq!(error, json!({"code": -32602, "message": "writeId for process cat is empty"}));
+    h.result(
+        "process/write",
+        json!({"processId": "cat", "chunk": "", "closeStdin": true, "writeId": "c"}),
+    )
+    .await;
+    let (output, exit) = h.output_and_exit("cat").await;
+    assert_eq!(
+        (String::from_utf8(output).unwrap(), exit["exitCode"].clone()),
+        ("one two".to_owned(), json!(0))
+    );
+}
+
+#[tokio::test]
+async fn a_stream_client_and_bridge_start_and_answer_by_hand() {
+    // The bridge is a plain pipe: one line in, one line out, then EOF detaches.
+    let path = socket_path("hand");
+    let mut bridge = bridge(&path, &[]);
+    let _daemon_guard = {
+        let reply = bridge.result("initialize", json!({"clientName": "hand"})).await;
+        assert!(reply["sessionId"].is_string());
+        Daemon(peer_pid(&path))
+    };
+    bridge.close_stdin();
+    assert_eq!(bridge.next().await, None);
+    assert_eq!(bridge.exit_code().await, Some(0));
+}
