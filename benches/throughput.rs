@@ -7,7 +7,7 @@
 //! pre-encoded output), so the server is never blamed for the client.
 //! Prints a table, then the same rows as JSON (also written to
 //! `target/bench.json`). `EXEC_SERVER_BIN` measures another build;
-//! `BENCH_ONLY=fs,stream` runs only those sections (round, spawn, stream, fs, ws, watch).
+//! `BENCH_ONLY=fs,stream` runs only those sections (round, startup, spawn, stream, fs, ws, watch).
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
 use std::io::{BufRead, Write};
@@ -26,6 +26,7 @@ const ROUND_TRIPS: u32 = 2000;
 const FILE_BYTES: usize = 64 * 1024 * 1024;
 const PIECE: u64 = 8 * 1024 * 1024;
 const RUNS: usize = 3;
+const HANDSHAKES: u32 = 50;
 
 struct Row {
     what: &'static str,
@@ -98,6 +99,47 @@ fn server_binary() -> String {
 
 fn head_argv() -> Vec<String> {
     vec!["head".into(), "-c".into(), OUTPUT_BYTES.to_string(), "/dev/zero".into()]
+}
+
+/// The median of [`RUNS`] runs of `f`, each reporting its own duration.
+async fn median_of<F, Fut>(mut f: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Duration>,
+{
+    let mut times = Vec::new();
+    for _ in 0..RUNS {
+        times.push(f().await);
+    }
+    times.sort();
+    times[RUNS / 2]
+}
+
+/// Starts `argv` `count` times in turn, each time writing an `initialize`
+/// line and waiting for the first line back (`cat` echoes it); the total of
+/// spawn -> reply (each process's exit is not counted).
+async fn handshakes(argv: Vec<String>, count: u32) -> Duration {
+    let mut total = Duration::ZERO;
+    let line = b"{\"id\":1,\"method\":\"initialize\",\"params\":{\"clientName\":\"bench\"}}\n";
+    for _ in 0..count {
+        let start = Instant::now();
+        let mut child = tokio::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(line).await.unwrap();
+        let mut reply = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut reply).await.unwrap();
+        total += start.elapsed();
+        assert!(!reply.is_empty(), "{} answered nothing", argv[0]);
+        drop(stdin);
+        child.wait().await.unwrap();
+    }
+    total
 }
 
 async fn direct_output() {
@@ -338,6 +380,51 @@ async fn bench() {
             higher_is_better: false,
         });
     }
+    if wanted("startup") {
+        // Start-up: a fresh server (or bridge) process until its initialize
+        // reply, against a fresh `cat` until it echoes a line.
+        let echo = median_of(|| handshakes(vec!["cat".to_owned()], HANDSHAKES)).await;
+        let server = server_binary();
+        let stdio = median_of(|| handshakes(vec![server.clone()], HANDSHAKES)).await;
+        rows.push(Row {
+            what: "spawn -> initialize reply, stdio server (us)",
+            server: micros(stdio, HANDSHAKES),
+            baseline: micros(echo, HANDSHAKES),
+            baseline_what: "spawn cat -> a line echoed",
+            unit: "us",
+            higher_is_better: false,
+        });
+        let dir = std::env::temp_dir().join(format!("exec-server-bench-d-{}", std::process::id()));
+        let socket = dir.join("run").join("d.sock");
+        let url = format!("unix:{}", socket.display());
+        let mut daemon = std::process::Command::new(&server)
+            .args(["--listen", &url])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut announced = String::new();
+        std::io::BufReader::new(daemon.stdout.take().unwrap()).read_line(&mut announced).unwrap();
+        // An older build without --connect: the row is left out.
+        if announced.starts_with("unix:") {
+            let bridged = median_of(|| {
+                handshakes(vec![server.clone(), "--connect".into(), url.clone()], HANDSHAKES)
+            })
+            .await;
+            rows.push(Row {
+                what: "spawn -> initialize reply, --connect bridge (us)",
+                server: micros(bridged, HANDSHAKES),
+                baseline: micros(echo, HANDSHAKES),
+                baseline_what: "spawn cat -> a line echoed",
+                unit: "us",
+                higher_is_better: false,
+            });
+        }
+        let _ = daemon.kill();
+        let _ = daemon.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     if wanted("spawn") {
         // Spawns.
         let direct = median(direct_spawns_in_turn).await;

@@ -1,26 +1,35 @@
 //! Launch exec-server, run a command through it, print its output and exit code.
+//!
+//! This program doubles as the server it launches (`LaunchCommand::this_program`),
+//! so `cargo run --example run` needs no separate build of the `exec-server`
+//! binary; `LaunchCommand::exec_server()` starts that binary instead.
 #![allow(clippy::print_stdout)]
 
 use std::process::ExitCode;
 
 use exec_server::{LaunchCommand, Launcher, StartParams};
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    match run().await {
+fn main() -> ExitCode {
+    // First, before any thread: when launched as the server, serve and exit.
+    exec_server::serve_if_requested();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error}");
-            eprintln!(
-                "(the launcher starts $EXEC_SERVER_BIN, else exec-server beside this example or in its parent directory, else on PATH: run `cargo build` first)"
-            );
             ExitCode::FAILURE
         }
     }
 }
 
 async fn run() -> Result<(), exec_server::Error> {
-    let launcher = Launcher::spawn(LaunchCommand::exec_server()).await?;
+    let launcher = Launcher::spawn(LaunchCommand::this_program()).await?;
     let params =
         StartParams::new("hello", ["sh", "-c", "echo hello from $(hostname); exit 3"], "/tmp");
     let mut process = launcher.client().start(params).await?;

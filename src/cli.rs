@@ -77,14 +77,20 @@ enum EofMode {
 
 /// Runs the `exec-server` command line (the binary's `main`).
 pub(crate) fn main() -> ExitCode {
+    main_from(std::env::args_os())
+}
+
+/// Serves as the binary with `args` (the first is the program's name).
+pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
     // A sandboxed start re-executes this binary as its trampoline: it never returns.
     crate::sandbox::run_if_trampoline();
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = args.into_iter().collect();
+    let cli = Cli::parse_from(&args);
     // The bridge needs none of the server's machinery: it starts before any of it.
     if let Some(url) = &cli.connect {
         return match unix_path(url, "--connect") {
             Ok(path) => {
-                let args = crate::bridge::daemon_args(std::env::args_os(), &path);
+                let args = crate::bridge::daemon_args(args.iter().cloned(), &path);
                 crate::bridge::run(&path, cli.spawn_daemon, args)
             }
             Err(message) => {

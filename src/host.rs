@@ -50,14 +50,14 @@ pub(crate) fn raise_descriptor_limit() -> io::Result<u64> {
 pub(crate) async fn reap_orphans() -> io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut sigchld = signal(SignalKind::child())?;
-    loop {
+    // A new process has no orphans to adopt yet: the first sweep waits for a
+    // SIGCHLD (installed above, so none is missed), and start-up stays cheap.
+    while sigchld.recv().await.is_some() {
         // On a blocking thread: it takes the registry lock, which a spawn stuck
         // in a hung exec may hold; the runtime's thread must never wait on it.
         let _ = tokio::task::spawn_blocking(crate::process::reap_orphans).await;
-        if sigchld.recv().await.is_none() {
-            return Ok(());
-        }
     }
+    Ok(())
 }
 
 /// SIGKILLs every process still below this one; returns how many were signalled.

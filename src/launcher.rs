@@ -39,6 +39,8 @@ pub struct LaunchCommand {
     /// Reach a daemon through a bridge, reconnecting when it drops (set by
     /// [`SshCommand::persistent`]).
     pub(crate) persistent: bool,
+    /// Where [`LaunchCommand::exec_server`] looked in vain, for the error.
+    pub(crate) searched: Option<String>,
 }
 
 impl LaunchCommand {
@@ -51,6 +53,7 @@ impl LaunchCommand {
             cwd: None,
             self_install: None,
             persistent: false,
+            searched: None,
         }
     }
 
@@ -69,13 +72,35 @@ impl LaunchCommand {
         if let Some(path) = std::env::var_os("EXEC_SERVER_BIN") {
             return LaunchCommand::new(path);
         }
-        let beside = std::env::current_exe().ok().and_then(|exe| {
-            let dir = exe.parent()?.to_path_buf();
-            [dir.join("exec-server"), dir.parent()?.join("exec-server")]
-                .into_iter()
-                .find(|candidate| candidate.is_file())
-        });
-        LaunchCommand::new(beside.unwrap_or_else(|| PathBuf::from("exec-server")))
+        let candidates: Vec<PathBuf> = std::env::current_exe()
+            .ok()
+            .and_then(|exe| {
+                let dir = exe.parent()?.to_path_buf();
+                Some(vec![dir.join("exec-server"), dir.parent()?.join("exec-server")])
+            })
+            .unwrap_or_default();
+        match candidates.iter().find(|candidate| candidate.is_file()) {
+            Some(found) => LaunchCommand::new(found),
+            None => {
+                let mut command = LaunchCommand::new("exec-server");
+                let looked: Vec<String> =
+                    candidates.iter().map(|c| c.display().to_string()).collect();
+                command.searched = Some(format!(
+                    "$EXEC_SERVER_BIN is unset, and neither {} nor PATH has exec-server: build it with `cargo build`, set EXEC_SERVER_BIN, or use LaunchCommand::this_program",
+                    looked.join(" nor ")
+                ));
+                command
+            }
+        }
+    }
+
+    /// This program, started as its own server: it must call
+    /// [`crate::serve_if_requested`] first thing in `main`. For an application
+    /// that ships as one binary, and for examples that run without a separate
+    /// build of `exec-server`.
+    pub fn this_program() -> LaunchCommand {
+        let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
+        LaunchCommand::new(program).arg(crate::SERVE_ARG)
     }
 
     /// Adds an argument.
@@ -294,7 +319,12 @@ impl Started {
             // The backstop if the reaper task never runs (its runtime shut down).
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| Error::io(format!("cannot start {program}"), e))?;
+            .map_err(|e| match (&command.searched, e.kind()) {
+                (Some(searched), io::ErrorKind::NotFound) => {
+                    Error::io(format!("cannot start {program} ({searched})"), e)
+                }
+                _ => Error::io(format!("cannot start {program}"), e),
+            })?;
         let pid = child
             .id()
             .ok_or_else(|| Error::Protocol(format!("server {program} exited as it started")))?;

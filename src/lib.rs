@@ -73,6 +73,25 @@ pub fn run_sandbox_helper_if_requested() {
     sandbox::run_if_trampoline();
 }
 
+/// The hidden first argument with which [`LaunchCommand::this_program`] starts
+/// this program as a server.
+pub(crate) const SERVE_ARG: &str = "--exec-server-serve";
+
+/// Lets this program serve as its own `exec-server`: call it first thing in
+/// `main`, before any runtime or thread starts. When the program was started
+/// by [`LaunchCommand::this_program`], this runs the server (with the flags
+/// that followed) and exits the process; otherwise it returns at once. One
+/// binary can then be both an application and the sidecar it launches.
+pub fn serve_if_requested() {
+    let mut args = std::env::args_os();
+    let program = args.next();
+    if args.next().is_some_and(|first| first == SERVE_ARG) {
+        let code = cli::main_from(program.into_iter().chain(args));
+        std::process::exit(if code == std::process::ExitCode::SUCCESS { 0 } else { 1 });
+    }
+    sandbox::run_if_trampoline();
+}
+
 /// The `exec-server` binary's `main`: flags, logging, signals, and the server.
 #[doc(hidden)]
 pub fn run_binary() -> std::process::ExitCode {

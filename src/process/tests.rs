@@ -101,7 +101,9 @@ async fn a_waiting_read_is_answered_empty_at_its_deadline() {
     table.on_timers(Instant::now(), &mut out);
     assert_eq!(
         out,
-        vec![r#"{"id":7,"result":{"chunks":[],"nextSeq":1,"exited":false,"exitCode":null,"closed":false}}"#]
+        vec![
+            r#"{"id":7,"result":{"chunks":[],"nextSeq":1,"exited":false,"exitCode":null,"closed":false}}"#
+        ]
     );
     assert_eq!(table.pending_counts(), (0, 0));
     table.kill_all();

@@ -194,7 +194,10 @@ async fn a_waiting_read_is_answered_by_exit_or_by_its_deadline() {
     let mut h = Harness::ready().await;
     h.start_with("quiet", &["cat"], json!({"pipeStdin": true})).await;
     let timed_out = h.result("process/read", json!({"processId": "quiet", "waitMs": 50})).await;
-    assert_eq!(timed_out, json!({"chunks": [], "nextSeq": 1, "exited": false, "exitCode": null, "closed": false}));
+    assert_eq!(
+        timed_out,
+        json!({"chunks": [], "nextSeq": 1, "exited": false, "exitCode": null, "closed": false})
+    );
     let read = h.send_request("process/read", json!({"processId": "quiet", "waitMs": 60000})).await;
     h.result("process/write", json!({"processId": "quiet", "chunk": "", "closeStdin": true})).await;
     assert_eq!(
