@@ -518,6 +518,7 @@ impl StartParams {
             sandbox: None,
             pipe_stdin: false,
             size: None,
+            numbering: Default::default(),
         }
     }
 

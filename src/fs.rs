@@ -9,8 +9,10 @@
 //! The server calls these under `spawn_blocking`.
 
 mod cached;
+mod canonical;
 mod copy;
 mod error;
+mod handles;
 mod kind;
 mod mounts;
 pub(crate) mod names;
@@ -18,6 +20,7 @@ mod open;
 mod read;
 mod roots;
 pub(crate) mod sys;
+mod tree;
 mod walk;
 mod write;
 
@@ -26,11 +29,14 @@ use std::os::fd::AsFd;
 use std::time::SystemTime;
 
 pub(crate) use self::cached::cached_metadata;
+pub(crate) use self::canonical::canonicalize;
 pub(crate) use self::copy::copy;
 use self::error::{io_error, FsOp};
+pub(crate) use self::handles::Handles;
 use self::open::Located;
 pub(crate) use self::read::read_file;
 pub(crate) use self::roots::{clean as clean_path, Roots};
+pub(crate) use self::tree::{walk, Walked};
 pub(crate) use self::write::{remove_abandoned_temps, write_file};
 use crate::protocol::{
     CreateDirectoryParams, DirectoryEntry, Empty, ErrorObject, Metadata, PathParams,

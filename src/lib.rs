@@ -39,6 +39,7 @@
 mod bridge;
 mod cli;
 mod client;
+mod dialect;
 mod error;
 mod executor;
 mod filesystem;

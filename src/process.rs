@@ -39,15 +39,16 @@ use self::spawn::SpawnError;
 use self::timers::{Timer, TimerKey, Timers};
 use self::tree::Session;
 pub(crate) use self::watcher::start as start_watcher;
+use crate::dialect::outbound;
 use crate::fs::Roots;
 use crate::protocol::{
     encode_response, ErrorObject, ListResult, ReadParams, ReadResult, ResizeParams, RunningResult,
-    SignalParams, StartParams, StartResult, TerminateParams, WriteParams, WriteResult,
+    SignalParams, StartParams, StartResult, TerminateParams, WriteParams, WriteResult, WriteStatus,
 };
 use crate::sandbox;
 
-pub(crate) use self::output::Account;
 pub(crate) use self::output::RETAINED_BYTES;
+pub(crate) use self::output::{Account, OutputLog};
 pub(crate) use self::spawn::pipe;
 /// Default budget of one connection's retained output (charged bytes).
 pub(crate) const CONNECTION_RETAINED: usize = 64 * 1024 * 1024;
@@ -345,7 +346,7 @@ impl ProcessTable {
                 let session = entry.signal_tree(&[Signal::KILL]);
                 self.sweep(vec![session], &[Signal::KILL]);
             }
-            let sandbox_type = entry.sandbox_type;
+            let sandbox_type = outbound::sandbox_type(params.numbering.dialect(), entry.sandbox_type);
             self.ids.insert(serial, params.process_id.clone());
             self.entries.insert(params.process_id.clone(), entry);
             StartResult { process_id: params.process_id.clone(), sandbox_type }
@@ -383,23 +384,50 @@ impl ProcessTable {
         }
     }
 
-    /// `process/write`: queued for the process's stdin, bounded in bytes.
-    pub(crate) fn write(&mut self, params: WriteParams) -> Result<WriteResult, ErrorObject> {
+    /// `process/write`: queued for the process's stdin, bounded in bytes. A
+    /// refusal says which [`WriteStatus`] it is, when it is one.
+    pub(crate) fn write(
+        &mut self,
+        params: WriteParams,
+    ) -> Result<WriteResult, (Option<WriteStatus>, ErrorObject)> {
         let id = &params.process_id;
         if let Some(write_id) = &params.write_id {
-            write_ids::WriteIds::check(write_id, id)?;
+            write_ids::WriteIds::check(write_id, id).map_err(|e| (None, e))?;
         }
-        let entry = self.get_mut(id)?;
+        let entry = self.get_mut(id).map_err(|e| (Some(WriteStatus::UnknownProcess), e))?;
         if params.write_id.as_deref().is_some_and(|w| entry.write_ids.contains(w)) {
             tracing::debug!(%id, "a retried write was acknowledged again, not applied");
-            return Ok(WriteResult { accepted: true });
+            return Ok(WriteResult { accepted: true, status: WriteStatus::Accepted });
         }
+        let closed = |error| (Some(WriteStatus::StdinClosed), error);
+        entry.write_stdin(params).map_err(|error| match error {
+            StdinRefusal::Closed(error) => closed(error),
+            StdinRefusal::Other(error) => (None, error),
+        })
+    }
+}
+
+/// Why stdin took no write.
+enum StdinRefusal {
+    Closed(ErrorObject),
+    Other(ErrorObject),
+}
+
+impl Entry {
+    fn write_stdin(&mut self, params: WriteParams) -> Result<WriteResult, StdinRefusal> {
+        let entry = self;
+        let id = &params.process_id;
+        use StdinRefusal::Other;
         if entry.tty && params.close_stdin {
-            return Err(ErrorObject::invalid_request(format!(
+            return Err(Other(ErrorObject::invalid_request(format!(
                 "closeStdin is not supported for tty process {id}: write the terminal's EOF character (\\u0004) instead"
-            )));
+            ))));
         }
-        let closed = || ErrorObject::invalid_request(format!("stdin is closed for process {id}"));
+        let closed = || {
+            StdinRefusal::Closed(ErrorObject::invalid_request(format!(
+                "stdin is closed for process {id}"
+            )))
+        };
         // A terminal whose every holder is gone takes no input: refuse rather
         // than accept bytes that nobody can read.
         if entry.tty && !entry.streams_open() {
@@ -410,14 +438,14 @@ impl ProcessTable {
         match stdin.push(op) {
             Ok(()) => {}
             Err(StdinError::TooLarge(size)) => {
-                return Err(ErrorObject::invalid_request(format!(
+                return Err(Other(ErrorObject::invalid_request(format!(
                     "the chunk for process {id} is too large: {size} bytes, and at most {STDIN_LIMIT} bytes of stdin can wait; send it in pieces"
-                )))
+                ))))
             }
             Err(StdinError::Full(queued)) => {
-                return Err(ErrorObject::invalid_request(format!(
+                return Err(Other(ErrorObject::invalid_request(format!(
                     "stdin of process {id} is full: {queued} bytes wait for it to read, and the limit is {STDIN_LIMIT} bytes"
-                )))
+                ))))
             }
             Err(StdinError::Closed) => {
                 entry.stdin = None;
@@ -430,9 +458,11 @@ impl ProcessTable {
         if params.close_stdin {
             entry.stdin = None;
         }
-        Ok(WriteResult { accepted: true })
+        Ok(WriteResult { accepted: true, status: WriteStatus::Accepted })
     }
+}
 
+impl ProcessTable {
     /// `process/terminate`: SIGKILL now, or SIGTERM and SIGKILL after `graceMs`.
     pub(crate) fn terminate(&mut self, params: TerminateParams, now: Instant) -> RunningResult {
         let Some(entry) = self.entries.get(&params.process_id) else {

@@ -5,6 +5,7 @@ mod build;
 mod fs_types;
 mod methods;
 mod strict;
+mod today_types;
 
 use std::fmt;
 

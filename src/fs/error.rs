@@ -19,6 +19,9 @@ pub(crate) enum FsOp {
     Copy,
     Rename,
     Watch,
+    Canonicalize,
+    Walk,
+    Open,
 }
 
 impl FsOp {
@@ -33,6 +36,9 @@ impl FsOp {
             FsOp::Copy => "copy",
             FsOp::Rename => "rename",
             FsOp::Watch => "watch",
+            FsOp::Canonicalize => "canonicalize",
+            FsOp::Walk => "walk",
+            FsOp::Open => "open",
         }
     }
 }

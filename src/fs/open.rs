@@ -99,6 +99,14 @@ impl<'a> Located<'a> {
         Ok(Some(Located { rel: parent.to_path_buf(), dir, ..*self }))
     }
 
+    /// Opens `rel` below this path, resolved from the root like the path itself
+    /// (so a symlink on the way may not lead out of the root).
+    pub(crate) fn open_below(&self, rel: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
+        let rel = self.rel.join(rel);
+        let rel = if rel.as_os_str().is_empty() { Path::new(".") } else { &rel };
+        sys::openat2(self.dir.as_fd(), &sys::c_path(rel)?, flags, 0, self.resolve)
+    }
+
     /// Opens `name` inside this directory, resolved from the root like the path itself.
     pub(crate) fn open_child(&self, name: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
         let rel = self.rel.join(OsStr::from_bytes(name.to_bytes()));

@@ -65,6 +65,30 @@ impl Roots {
         Ok(Roots { roots: opened, owned: OwnedMounts::new() })
     }
 
+    /// Roots narrowed to the directories `inner`, each opened beneath these
+    /// roots (so none leads outside them, whatever its links); for fs calls
+    /// confined by a sandbox context.
+    pub(crate) fn within(&self, inner: &[PathBuf]) -> Result<Roots, ErrorObject> {
+        let mut opened = Vec::new();
+        for root in inner {
+            let located = self.locate(root)?;
+            let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
+            let dir = located.open(flags).map_err(|e| match e.raw_os_error() {
+                Some(libc::EXDEV) => outside(root),
+                _ => ErrorObject::invalid_request(format!(
+                    "sandbox writable root {} cannot be used: {e}",
+                    root.display()
+                )),
+            })?;
+            let canonical = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+                .map_err(|e| {
+                    ErrorObject::internal(format!("cannot resolve {}: {e}", root.display()))
+                })?;
+            opened.push(Root { given: clean(root), canonical, dir });
+        }
+        Ok(Roots { roots: opened, owned: OwnedMounts::new() })
+    }
+
     /// The roots with symlinks resolved, in command-line order.
     pub(crate) fn canonical(&self) -> Vec<PathBuf> {
         self.roots.iter().map(|root| root.canonical.clone()).collect()

@@ -19,6 +19,7 @@ use super::signal::{signal_group, ExitInfo, Signal};
 use super::spawn::{self, SpawnError, SpawnRequest, Spawned};
 use super::tree::{self, Session};
 use super::write_ids::WriteIds;
+use crate::dialect::Numbering;
 use crate::protocol::{
     encode_notification, encode_output, ClosedParams, ExitedParams, ProcessClosed, ProcessExited,
     ProcessInfo, ReadParams, ReadResult, SandboxType, StartParams, Stream,
@@ -74,6 +75,8 @@ pub(crate) struct Entry {
     pub(crate) stdin: Option<StdinQueue>,
     /// The `writeId`s applied to stdin.
     pub(crate) write_ids: WriteIds,
+    /// How its notifications are numbered (the dialect that started it).
+    numbering: Numbering,
     master: Option<Box<dyn MasterPty + Send>>,
     tasks: JoinSet<()>,
 }
@@ -129,6 +132,7 @@ impl Entry {
             open_streams: handles.open_streams,
             stdin: handles.stdin,
             write_ids: WriteIds::default(),
+            numbering: params.numbering,
             master: handles.master,
             tasks,
         })
@@ -208,7 +212,7 @@ impl Entry {
         let life = std::mem::replace(&mut self.life, Life::Running);
         self.life = match life {
             Life::Exited(exit) if !self.streams_open() || now >= exit.at + drain => {
-                let seq = self.output.last_seq();
+                let seq = self.numbering.event_seq(&mut self.output);
                 out.push(self.exited_line(&exit.info, seq));
                 reported_exit = true;
                 Life::Reported(exit, seq)
@@ -218,7 +222,8 @@ impl Entry {
         let life = std::mem::replace(&mut self.life, Life::Running);
         self.life = match life {
             Life::Reported(exit, seq) if !self.streams_open() => {
-                out.push(self.closed_line());
+                let closed = self.numbering.event_seq(&mut self.output);
+                out.push(self.closed_line(closed));
                 Life::Closed(exit, seq)
             }
             other => other,
@@ -267,8 +272,8 @@ impl Entry {
         encode_notification::<ProcessExited>(&params, 128)
     }
 
-    fn closed_line(&self) -> String {
-        let params = ClosedParams { process_id: self.id.clone(), seq: self.output.last_seq() };
+    fn closed_line(&self, seq: u64) -> String {
+        let params = ClosedParams { process_id: self.id.clone(), seq };
         encode_notification::<ProcessClosed>(&params, 96)
     }
 

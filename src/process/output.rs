@@ -138,7 +138,14 @@ impl OutputLog {
 
     /// Whether a read after `after_seq` would return anything.
     pub(crate) fn has_after(&self, after_seq: u64) -> bool {
-        self.last_seq > after_seq && !self.chunks.is_empty()
+        self.chunks.back().is_some_and(|newest| newest.seq > after_seq)
+    }
+
+    /// Takes the next seq for an event that is not output (today's dialect
+    /// numbers exit and close with the output); returns it.
+    pub(crate) fn reserve(&mut self) -> u64 {
+        self.last_seq += 1;
+        self.last_seq
     }
 
     /// Retained chunks with `seq > after_seq`, within `max_bytes` (the first always).
@@ -160,7 +167,13 @@ impl OutputLog {
                 chunk: Base64(stored.bytes.clone()),
             });
         }
-        let next_seq = chunks.last().map_or(self.last_seq + 1, |c| c.seq + 1);
+        // A page that reaches the newest chunk continues after every seq taken,
+        // events included; a shorter one right after its last chunk.
+        let complete = start + chunks.len() == self.chunks.len();
+        let next_seq = match chunks.last() {
+            Some(last) if !complete => last.seq + 1,
+            _ => self.last_seq + 1,
+        };
         Page { chunks, next_seq }
     }
 }

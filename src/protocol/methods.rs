@@ -7,6 +7,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 pub use super::fs_types::*;
+pub use super::today_types::*;
 use super::Base64;
 
 /// A request method: its wire name and the types of its params and result.
@@ -97,6 +98,22 @@ methods! {
     Watch = "fs/watch" (WatchParams) -> WatchResult;
     /// `fs/unwatch`: end a watch (Part B).
     Unwatch = "fs/unwatch" (UnwatchParams) -> Empty;
+    /// `environment/info`: the machine's shell, directories and capabilities (today's dialect).
+    EnvironmentInfo = "environment/info" (Empty) -> serde_json::Value;
+    /// `environment/status`: whether the server is ready (today's dialect).
+    EnvironmentStatus = "environment/status" (Empty) -> StatusResult;
+    /// `fs/canonicalize`: a path with every link resolved (today's dialect).
+    Canonicalize = "fs/canonicalize" (PathParams) -> PathResult;
+    /// `fs/walk`: a bounded listing of a tree (today's dialect).
+    Walk = "fs/walk" (WalkParams) -> WalkResult;
+    /// `fs/open`: open a file for reading or writing in blocks (today's dialect).
+    Open = "fs/open" (OpenParams) -> HandleParams;
+    /// `fs/readBlock`: read from an open handle (today's dialect).
+    ReadBlock = "fs/readBlock" (ReadBlockParams) -> ReadBlockResult;
+    /// `fs/writeBlock`: write to a handle opened with `replace` (today's dialect).
+    WriteBlock = "fs/writeBlock" (WriteBlockParams) -> Empty;
+    /// `fs/close`: close a handle (today's dialect).
+    Close = "fs/close" (HandleParams) -> Empty;
 }
 
 notifications! {
@@ -151,6 +168,9 @@ pub struct InitializeResult {
     /// The session this connection is attached to (Part B, Sessions; absent on older servers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// What `environment/info` answers (today's dialect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment_info: Option<serde_json::Value>,
 }
 
 /// `serverInfo` of the `initialize` result.
@@ -272,6 +292,8 @@ pub enum SandboxType {
     None,
     /// Namespaces (user, mount, PID, IPC), a read-only mount view, Landlock and seccomp (see README, "Sandbox").
     LinuxLandlock,
+    /// The same sandbox, as today's dialect names a Linux sandbox.
+    LinuxSeccomp,
 }
 
 /// A terminal size in character cells.
@@ -318,6 +340,9 @@ pub struct StartParams {
     /// Initial terminal size of a tty process (Part B; default 24x80).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<TtySize>,
+    /// How the process numbers its notifications (set from the request's dialect).
+    #[serde(skip)]
+    pub(crate) numbering: crate::dialect::Numbering,
 }
 
 /// `process/start` result.
@@ -406,8 +431,26 @@ pub struct WriteParams {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct WriteResult {
-    /// Always true: the chunk was queued in order.
+    /// True when the chunk was queued in order (or had been: a repeated writeId).
     pub accepted: bool,
+    /// The same in today's words; a refused write of today's dialect says why here.
+    #[serde(default)]
+    pub status: WriteStatus,
+}
+
+/// What became of a `process/write`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum WriteStatus {
+    /// Queued for the process's stdin.
+    #[default]
+    Accepted,
+    /// No process has this id.
+    UnknownProcess,
+    /// The process's stdin is closed (or it has exited).
+    StdinClosed,
+    /// The process is still starting.
+    Starting,
 }
 
 /// `process/terminate` params.

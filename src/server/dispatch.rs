@@ -11,8 +11,10 @@ use tokio::time::Instant;
 
 use tokio::sync::oneshot;
 
-use super::fs_calls::FsCalls;
+use super::fs_calls::{Call, FsCalls};
 use super::{Handoff, Sessions};
+use crate::dialect::inbound::{self, Inbound};
+use crate::dialect::{outbound, Dialect, Numbering};
 use crate::fs::Roots;
 use crate::process::{Begun, ProcessTable, ReadOutcome};
 use crate::protocol::*;
@@ -57,9 +59,12 @@ pub(super) struct State {
     sessions: Option<Arc<Sessions>>,
     /// Set by an `initialize` that resumes another session.
     claimed: Option<Claimed>,
+    /// The client has spoken today's dialect (a file URI, `environment/*`):
+    /// refused writes are answered with a status.
+    today: bool,
     /// Process requests that arrived while a start was under way, in order,
     /// with their sizes.
-    waiting: VecDeque<(Request, usize)>,
+    waiting: VecDeque<(Request, Dialect, usize)>,
     waiting_bytes: usize,
     pub(super) table: ProcessTable,
     pub(super) fs: FsCalls,
@@ -78,6 +83,7 @@ impl State {
             session_id,
             sessions,
             claimed: None,
+            today: false,
             fs: FsCalls::new(roots.clone()),
             watches: Watcher::new(roots.clone()),
             roots,
@@ -172,21 +178,22 @@ impl State {
     /// it take effect now, in order, until another start is under way.
     pub(super) fn on_started(&mut self, line: String, out: &mut Vec<String>) {
         out.push(line);
-        while let Some((next, _)) = self.waiting.front() {
+        while let Some((next, _, _)) = self.waiting.front() {
             if self.table.is_starting() && next.method != ProcessStart::NAME {
                 break;
             }
-            let Some((Request { id, method, params }, bytes)) = self.waiting.pop_front() else {
+            let Some((Request { id, method, params }, dialect, bytes)) = self.waiting.pop_front()
+            else {
                 break;
             };
             self.waiting_bytes -= bytes;
-            match self.on_process_request(id, method, params) {
+            match self.on_process_request(id, method, params, dialect) {
                 Turn::Done(Some(reply)) => out.push(reply),
                 Turn::Done(None) => {}
                 Turn::Wait(request) => {
                     // Still not its turn: it stays first in line.
                     self.waiting_bytes += bytes;
-                    self.waiting.push_front((request, bytes));
+                    self.waiting.push_front((request, dialect, bytes));
                     break;
                 }
             }
@@ -196,7 +203,7 @@ impl State {
     /// Refuses what still waits (the connection is ending): process requests
     /// behind a start, and fs calls not yet run.
     pub(super) fn refuse_waiting(&mut self, out: &mut Vec<String>) {
-        for (request, _) in self.waiting.drain(..) {
+        for (request, _, _) in self.waiting.drain(..) {
             let error = ErrorObject::invalid_request(format!(
                 "{} was not run: the connection is ending",
                 request.method
@@ -226,6 +233,22 @@ impl State {
         if let Err(error) = self.check_ready(&method) {
             return Some(error_reply(&id, error));
         }
+        let Inbound { params, dialect, confine } = match inbound::translate(&method, params) {
+            Ok(inbound) => inbound,
+            Err(error) => return Some(error_reply(&id, error)),
+        };
+        if dialect == Dialect::Today {
+            self.today = true;
+        }
+        if method == EnvironmentInfo::NAME {
+            self.today = true;
+            return Some(reply::<EnvironmentInfo>(&id, Ok(crate::dialect::environment_info())));
+        }
+        if method == EnvironmentStatus::NAME {
+            self.today = true;
+            let ready = StatusResult { status: "ready".to_owned() };
+            return Some(reply::<EnvironmentStatus>(&id, Ok(ready)));
+        }
         if method == Watch::NAME {
             return match decode::<Watch>(params) {
                 Ok(params) => self.watches.submit(&id.clone(), WatchCommand::Watch { id, params }),
@@ -241,7 +264,7 @@ impl State {
             };
         }
         if method.starts_with("fs/") {
-            return self.fs.submit(id, method, params, bytes);
+            return self.fs.submit(Call { id, method, params, bytes, dialect, confine });
         }
         // Process requests take effect in arrival order: behind the starts under
         // way (a start behind only starts goes to the spawner at once: it keeps
@@ -255,28 +278,37 @@ impl State {
                 return Some(error_reply(&id, error));
             }
             self.waiting_bytes += bytes;
-            self.waiting.push_back((Request { id, method, params }, bytes));
+            self.waiting.push_back((Request { id, method, params }, dialect, bytes));
             return None;
         }
-        match self.on_process_request(id, method, params) {
+        match self.on_process_request(id, method, params, dialect) {
             Turn::Done(reply) => reply,
             Turn::Wait(request) => {
                 self.waiting_bytes += bytes;
-                self.waiting.push_back((request, bytes));
+                self.waiting.push_back((request, dialect, bytes));
                 None
             }
         }
     }
 
     /// A process request whose turn has come.
-    fn on_process_request(&mut self, id: RequestId, method: String, params: Value) -> Turn {
+    fn on_process_request(
+        &mut self,
+        id: RequestId,
+        method: String,
+        params: Value,
+        dialect: Dialect,
+    ) -> Turn {
         let roots = &self.roots;
         let table = &mut self.table;
+        // A write's refusal is a status for a client of today's dialect.
+        let write_dialect = if self.today { Dialect::Today } else { dialect };
         let line = match method.as_str() {
             ProcessStart::NAME => {
                 let raw = params.clone();
-                let started = decode::<ProcessStart>(params).and_then(|p| {
+                let started = decode::<ProcessStart>(params).and_then(|mut p| {
                     ProcessTable::check_cwd(&p.cwd)?;
+                    p.numbering = Numbering::of(dialect);
                     table.begin_start(id.clone(), p, roots.clone())
                 });
                 match started {
@@ -296,7 +328,11 @@ impl State {
                     Err(error) => reply::<ProcessRead>(&id, Err(error)),
                 }
             }
-            ProcessWrite::NAME => call::<ProcessWrite>(&id, params, |p| table.write(p)),
+            ProcessWrite::NAME => call::<ProcessWrite>(&id, params, |p| {
+                table.write(p).or_else(|(status, error)| {
+                    status.and_then(|s| outbound::write_refusal(write_dialect, s)).ok_or(error)
+                })
+            }),
             ProcessTerminate::NAME => call::<ProcessTerminate>(&id, params, |p| {
                 if p.process_id.len() > crate::process::MAX_PROCESS_ID_BYTES {
                     return Err(crate::process::too_long_id(&p.process_id));
@@ -321,7 +357,12 @@ impl State {
 
     /// The lifecycle check of A.2 for every method but `initialize`.
     fn check_ready(&self, method: &str) -> Result<(), ErrorObject> {
-        let area = if method.starts_with("fs/") { "filesystem" } else { "exec" };
+        let area = match method {
+            EnvironmentInfo::NAME => "environment info",
+            EnvironmentStatus::NAME => "environment status",
+            m if m.starts_with("fs/") => "filesystem",
+            _ => "exec",
+        };
         match self.phase {
             Phase::New => Err(ErrorObject::invalid_request(format!(
                 "client must call initialize before using {area} methods"
@@ -373,6 +414,7 @@ impl State {
                 features: FEATURES.iter().map(|f| (*f).to_owned()).collect(),
             }),
             session_id: Some(self.session_id.to_string()),
+            environment_info: Some(crate::dialect::environment_info()),
         }
     }
 }

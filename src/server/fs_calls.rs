@@ -18,8 +18,9 @@ use serde_json::Value;
 use tokio::task::{Id, JoinSet};
 use tokio::time::{Duration, Instant};
 
-use super::dispatch::{call, decode, reply};
-use crate::fs::{self, Roots};
+use super::dispatch::{decode, reply};
+use crate::dialect::{outbound, Dialect};
+use crate::fs::{self, Handles, Roots};
 use crate::protocol::*;
 
 /// fs calls running at once.
@@ -45,11 +46,20 @@ struct Running {
     paths: Vec<PathBuf>,
 }
 
+/// An fs request as the dispatcher hands it over.
+pub(super) struct Call {
+    pub(super) id: RequestId,
+    pub(super) method: String,
+    pub(super) params: Value,
+    pub(super) bytes: usize,
+    /// How to answer it.
+    pub(super) dialect: Dialect,
+    /// A write under a managed sandbox context: confined beneath these.
+    pub(super) confine: Option<Vec<PathBuf>>,
+}
+
 struct Job {
-    id: RequestId,
-    method: String,
-    params: Value,
-    bytes: usize,
+    call: Call,
     /// The paths it names, cleaned lexically, for ordering.
     paths: Vec<PathBuf>,
 }
@@ -57,6 +67,8 @@ struct Job {
 /// The fs calls of one connection.
 pub(super) struct FsCalls {
     roots: Arc<Roots>,
+    /// The connection's `fs/open` handles.
+    handles: Arc<Handles>,
     running: JoinSet<String>,
     /// What each running call is, to order later calls and to answer it if it panics.
     running_paths: HashMap<Id, Running>,
@@ -70,6 +82,7 @@ impl FsCalls {
     pub(super) fn new(roots: Arc<Roots>) -> FsCalls {
         FsCalls {
             roots,
+            handles: Arc::default(),
             running: JoinSet::new(),
             running_paths: HashMap::new(),
             queue: VecDeque::new(),
@@ -104,31 +117,26 @@ impl FsCalls {
     /// full queue (the encoded error is returned) is a last resort that a
     /// client following the protocol never sees.
     /// A cached `fs/getMetadata` is answered at once (the reply is returned).
-    pub(super) fn submit(
-        &mut self,
-        id: RequestId,
-        method: String,
-        params: Value,
-        bytes: usize,
-    ) -> Option<String> {
-        let paths = named_paths(&params);
-        if method == GetMetadata::NAME
-            && bytes <= CACHED_MAX_BYTES
+    pub(super) fn submit(&mut self, call: Call) -> Option<String> {
+        let paths = named_paths(&call.params);
+        if call.method == GetMetadata::NAME
+            && call.bytes <= CACHED_MAX_BYTES
             && !self.overlaps_earlier(&paths, self.queue.len())
         {
-            if let Some(line) = self.cached_metadata(&id, &params) {
+            if let Some(line) = self.cached_metadata(&call.id, &call.params) {
                 return Some(line);
             }
         }
+        let bytes = call.bytes;
         if self.queue.len() >= FS_QUEUED {
             let error = ErrorObject::invalid_request(format!(
                 "too many fs calls waiting: {} wait behind {} running (the limit is {FS_QUEUED} calls); wait for replies before sending more",
                 self.queue.len(),
                 self.running.len()
             ));
-            return Some(encode_response::<Empty>(&id, &Err(error)));
+            return Some(encode_response::<Empty>(&call.id, &Err(error)));
         }
-        self.queue.push_back(Job { id, method, params, bytes, paths });
+        self.queue.push_back(Job { call, paths });
         self.queued_bytes += bytes;
         self.start_queued();
         None
@@ -154,9 +162,9 @@ impl FsCalls {
         for job in self.queue.drain(..) {
             let error = ErrorObject::invalid_request(format!(
                 "{} was not run: the connection is ending",
-                job.method
+                job.call.method
             ));
-            out.push(encode_response::<Empty>(&job.id, &Err(error)));
+            out.push(encode_response::<Empty>(&job.call.id, &Err(error)));
         }
         self.queued_bytes = 0;
     }
@@ -194,15 +202,15 @@ impl FsCalls {
                 index += 1;
                 continue;
             }
-            let Some(mut job) = self.queue.remove(index) else { return };
-            self.queued_bytes -= job.bytes;
+            let Some(job) = self.queue.remove(index) else { return };
+            self.queued_bytes -= job.call.bytes;
             let running = Running {
-                id: job.id.clone(),
-                method: job.method.clone(),
-                paths: std::mem::take(&mut job.paths),
+                id: job.call.id.clone(),
+                method: job.call.method.clone(),
+                paths: job.paths,
             };
-            let roots = self.roots.clone();
-            let task = self.running.spawn_blocking(move || run(&roots, job));
+            let (roots, handles) = (self.roots.clone(), self.handles.clone());
+            let task = self.running.spawn_blocking(move || run(&roots, &handles, job.call));
             self.spin_until = Some(Instant::now() + SPIN);
             self.running_paths.insert(task.id(), running);
         }
@@ -210,23 +218,59 @@ impl FsCalls {
 }
 
 /// Decodes, runs and encodes one call (on a blocking thread).
-fn run(roots: &Roots, job: Job) -> String {
-    let Job { id, method, params, .. } = job;
+fn run(roots: &Roots, handles: &Handles, call: Call) -> String {
+    let Call { id, method, params, dialect, confine, .. } = call;
+    // A write under a managed sandbox context: confined beneath its writable roots.
+    let confined;
+    let roots = match confine {
+        None => roots,
+        Some(writable) => match confined_roots(roots, &writable) {
+            Ok(inner) => {
+                confined = inner;
+                &confined
+            }
+            Err(error) => return encode_response::<Empty>(&id, &Err(error)),
+        },
+    };
+    let answer = |line: Result<String, ErrorObject>| match line {
+        Ok(line) => line,
+        Err(error) => encode_response::<Empty>(&id, &Err(outbound::error(dialect, error))),
+    };
     match method.as_str() {
         // The bulk path: the data is encoded straight into the reply line.
-        ReadFile::NAME => match decode::<ReadFile>(params).and_then(|p| fs::read_file(roots, p)) {
-            Ok(result) => encode_read_file(&id, &result.data_base64.0),
-            Err(error) => reply::<ReadFile>(&id, Err(error)),
-        },
-        WriteFile::NAME => call::<WriteFile>(&id, params, |p| fs::write_file(roots, p)),
+        ReadFile::NAME => answer(
+            decode::<ReadFile>(params)
+                .and_then(|p| fs::read_file(roots, p))
+                .map(|result| encode_read_file(&id, &result.data_base64.0)),
+        ),
+        WriteFile::NAME => answer(ok::<WriteFile>(&id, params, |p| fs::write_file(roots, p))),
         CreateDirectory::NAME => {
-            call::<CreateDirectory>(&id, params, |p| fs::create_directory(roots, p))
+            answer(ok::<CreateDirectory>(&id, params, |p| fs::create_directory(roots, p)))
         }
-        GetMetadata::NAME => call::<GetMetadata>(&id, params, |p| fs::get_metadata(roots, p)),
-        ReadDirectory::NAME => call::<ReadDirectory>(&id, params, |p| fs::read_directory(roots, p)),
-        Remove::NAME => call::<Remove>(&id, params, |p| fs::remove(roots, p)),
-        Copy::NAME => call::<Copy>(&id, params, |p| fs::copy(roots, p)),
-        Rename::NAME => call::<Rename>(&id, params, |p| fs::rename(roots, p)),
+        GetMetadata::NAME => answer(ok::<GetMetadata>(&id, params, |p| fs::get_metadata(roots, p))),
+        ReadDirectory::NAME => {
+            answer(ok::<ReadDirectory>(&id, params, |p| fs::read_directory(roots, p)))
+        }
+        Remove::NAME => answer(ok::<Remove>(&id, params, |p| fs::remove(roots, p))),
+        Copy::NAME => answer(ok::<Copy>(&id, params, |p| fs::copy(roots, p))),
+        Rename::NAME => answer(ok::<Rename>(&id, params, |p| fs::rename(roots, p))),
+        Canonicalize::NAME => answer(ok::<Canonicalize>(&id, params, |p| {
+            fs::canonicalize(roots, &p.path).map(|path| path_result(dialect, &path))
+        })),
+        Walk::NAME => answer(ok::<Walk>(&id, params, |p| {
+            fs::walk(roots, &p.path, &p.options).map(|walked| walk_result(dialect, walked))
+        })),
+        Open::NAME => answer(ok::<Open>(&id, params, |p| {
+            let handle_id = handles.open(roots, p.handle_id, &p.path, p.mode)?;
+            Ok(HandleParams { handle_id })
+        })),
+        ReadBlock::NAME => answer(ok::<ReadBlock>(&id, params, |p| {
+            handles.read_block(&p.handle_id, p.offset, p.len)
+        })),
+        WriteBlock::NAME => answer(ok::<WriteBlock>(&id, params, |p| {
+            handles.write_block(&p.handle_id, p.offset, &p.chunk.0)
+        })),
+        Close::NAME => answer(ok::<Close>(&id, params, |p| handles.close(&p.handle_id))),
         other => encode_response::<Empty>(
             &id,
             &Err(ErrorObject::new(
@@ -235,6 +279,52 @@ fn run(roots: &Roots, job: Job) -> String {
             )),
         ),
     }
+}
+
+/// Decodes, handles and encodes call `M`; the error is left for the dialect to word.
+fn ok<M: Method>(
+    id: &RequestId,
+    params: Value,
+    handler: impl FnOnce(M::Params) -> Result<M::Result, ErrorObject>,
+) -> Result<String, ErrorObject> {
+    let result = decode::<M>(params).and_then(handler)?;
+    Ok(reply::<M>(id, Ok(result)))
+}
+
+/// The roots of a write confined to `writable` (each inside the server's roots).
+fn confined_roots(roots: &Roots, writable: &[PathBuf]) -> Result<Roots, ErrorObject> {
+    if writable.is_empty() {
+        return Err(ErrorObject::invalid_request(
+            "the sandbox context allows no writes (a readOnly file system)",
+        ));
+    }
+    roots.within(writable)
+}
+
+fn path_result(dialect: Dialect, path: &Path) -> PathResult {
+    let base64 = (dialect == Dialect::V0 && path.to_str().is_none())
+        .then(|| Base64(path.as_os_str().as_encoded_bytes().to_vec()));
+    PathResult { path: outbound::path(dialect, path), path_base64: base64 }
+}
+
+fn walk_result(dialect: Dialect, walked: fs::Walked) -> WalkResult {
+    let entries = walked
+        .entries
+        .iter()
+        .map(|(path, directory)| WalkEntry {
+            path: path_result(dialect, path),
+            kind: if *directory { "directory" } else { "file" }.to_owned(),
+        })
+        .collect();
+    let errors = walked
+        .errors
+        .iter()
+        .map(|(path, message)| WalkError {
+            path: outbound::path(dialect, path),
+            message: message.clone(),
+        })
+        .collect();
+    WalkResult { entries, errors, truncated: walked.truncated }
 }
 
 /// The paths a request names (strings or base64 twins), cleaned lexically.
@@ -311,6 +401,11 @@ mod queue_tests {
     use super::*;
     use serde_json::json;
 
+    fn metadata_call(id: i64, params: Value) -> Call {
+        let (method, dialect, confine) = (GetMetadata::NAME.into(), Dialect::V0, None);
+        Call { id: RequestId::from(id), method, params, bytes: 10, dialect, confine }
+    }
+
     #[tokio::test]
     async fn a_full_queue_says_so_and_refuses_only_past_it() {
         let mut calls = FsCalls::new(Arc::new(Roots::default()));
@@ -318,13 +413,12 @@ mod queue_tests {
         for n in 0..(FS_IN_FLIGHT + FS_QUEUED) {
             assert!(calls.has_room(), "room before call {n}");
             let params = json!({"path": format!("/tmp/queue-test-{n}")});
-            let refused =
-                calls.submit(RequestId::from(n as i64), GetMetadata::NAME.into(), params, 10);
+            let refused = calls.submit(metadata_call(n as i64, params));
             assert_eq!(refused, None, "call {n} was refused");
         }
         assert!(!calls.has_room());
         let params = json!({"path": "/tmp/one-too-many"});
-        let refused = calls.submit(RequestId::from(-7), GetMetadata::NAME.into(), params, 10);
+        let refused = calls.submit(metadata_call(-7, params));
         assert_eq!(
             refused.as_deref(),
             Some(

@@ -181,7 +181,7 @@ async fn a_waiting_read_does_not_hold_up_later_requests() {
     assert_eq!(first["id"], list, "process/list was answered first: {first}");
     let write =
         h.send_request("process/write", json!({"processId": "cat", "chunk": b64(b"ping")})).await;
-    assert_eq!(h.response(write).await["result"], json!({"accepted": true}));
+    assert_eq!(h.response(write).await["result"], json!({"accepted": true, "status": "accepted"}));
     let answer = h.response(read).await;
     assert_eq!(
         answer["result"],

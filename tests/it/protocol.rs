@@ -12,6 +12,9 @@ async fn handshake_reports_version_server_info_and_capabilities() {
     // A fresh session's id: an opaque string, here a version 4 UUID.
     let session = result.as_object_mut().unwrap().remove("sessionId").unwrap();
     assert_eq!(session.as_str().map(|id| (id.len(), &id[14..15])), Some((36, "4")));
+    // What environment/info answers, for today's dialect.
+    let info = result.as_object_mut().unwrap().remove("environmentInfo").unwrap();
+    assert_eq!(info["platformOs"], "linux");
     assert_eq!(
         result,
         json!({
@@ -22,7 +25,9 @@ async fn handshake_reports_version_server_info_and_capabilities() {
                     "initialize", "process/start", "process/read", "process/write",
                     "process/terminate", "process/signal", "process/resize", "process/list",
                     "fs/readFile", "fs/writeFile", "fs/createDirectory", "fs/getMetadata",
-                    "fs/readDirectory", "fs/remove", "fs/copy", "fs/rename", "fs/watch", "fs/unwatch"
+                    "fs/readDirectory", "fs/remove", "fs/copy", "fs/rename", "fs/watch", "fs/unwatch",
+                    "environment/info", "environment/status", "fs/canonicalize", "fs/walk",
+                    "fs/open", "fs/readBlock", "fs/writeBlock", "fs/close"
                 ],
                 "notifications": ["process/output", "process/exited", "process/closed", "fs/changed"],
                 "features": [

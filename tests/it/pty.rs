@@ -34,7 +34,7 @@ async fn tty_input_is_echoed_and_read() {
     h.start_with("cat", &["cat"], json!({"tty": true})).await;
     let accepted =
         h.result("process/write", json!({"processId": "cat", "chunk": b64(b"hello\n")})).await;
-    assert_eq!(accepted, json!({"accepted": true}));
+    assert_eq!(accepted, json!({"accepted": true, "status": "accepted"}));
     let mut seen = Vec::new();
     // The terminal echoes the line, then cat prints it again.
     h.output_containing("cat", "hello\r\nhello\r\n", &mut seen).await;

@@ -67,7 +67,7 @@ async fn queued_stdin_is_bounded_in_bytes() {
         if let Some(error) = response.get("error") {
             break error.clone();
         }
-        assert_eq!(response["result"], json!({"accepted": true}));
+        assert_eq!(response["result"], json!({"accepted": true, "status": "accepted"}));
         accepted += 1;
         assert!(accepted <= 9, "{accepted} MiB queued for a process that does not read");
     };
@@ -200,7 +200,7 @@ async fn requests_behind_a_start_wait_for_it_in_order() {
         h.response(start).await["result"],
         json!({"processId": "cat", "sandboxType": "none"})
     );
-    assert_eq!(h.response(write).await["result"], json!({"accepted": true}));
+    assert_eq!(h.response(write).await["result"], json!({"accepted": true, "status": "accepted"}));
     assert_eq!(h.response(list).await["result"]["processes"][0]["processId"], "cat");
     let (output, exited) = h.output_and_exit("cat").await;
     assert_eq!((output.as_slice(), exited["exitCode"].clone()), (&b"in order\n"[..], json!(0)));

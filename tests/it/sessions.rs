@@ -89,13 +89,13 @@ async fn a_resumed_websocket_session_keeps_its_process_seq_and_writes() {
     second.send_text(&write(3)).await;
     assert_eq!(
         next_matching(&mut second, "write 3", |m| m["id"] == 3).await["result"],
-        json!({"accepted": true})
+        json!({"accepted": true, "status": "accepted"})
     );
     // A retried write is acknowledged and not applied twice.
     second.send_text(&write(4)).await;
     assert_eq!(
         next_matching(&mut second, "write 4", |m| m["id"] == 4).await["result"],
-        json!({"accepted": true})
+        json!({"accepted": true, "status": "accepted"})
     );
     let mut chunks = Vec::new();
     let mut after = 1;
@@ -408,7 +408,7 @@ async fn a_retried_write_id_is_applied_once() {
                 json!({"processId": "cat", "chunk": b64(bytes.as_bytes()), "writeId": id}),
             )
             .await;
-        assert_eq!(result, json!({"accepted": true}));
+        assert_eq!(result, json!({"accepted": true, "status": "accepted"}));
     }
     let error =
         h.error("process/write", json!({"processId": "cat", "chunk": "", "writeId": ""})).await;

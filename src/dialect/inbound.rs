@@ -1,0 +1,203 @@
+//! Requests in today's dialect made into this server's own (v0 and Part B) params.
+//!
+//! A request speaks today's dialect when it writes a path as a file URI or
+//! uses one of today's shapes (an `envPolicy`, a sandbox context, `metadata`);
+//! the core then sees plain paths (or their base64 twins, for names that are
+//! not UTF-8), a complete `env`, and a `{"mode": ...}` sandbox. What today's
+//! client may send but this server cannot honour is refused naming the field.
+
+use std::path::PathBuf;
+
+use serde_json::{Map, Value};
+
+use super::contexts::{self, Confinement};
+use super::{env, uri, Dialect};
+use crate::protocol::{Base64, ErrorObject};
+
+/// Path parameters, each with a base64 twin (`pathBase64`) but `cwd`.
+const PATH_KEYS: [&str; 4] = ["path", "sourcePath", "destinationPath", "cwd"];
+/// fs methods that change the file system (confined by a managed sandbox context).
+const FS_WRITES: [&str; 6] =
+    ["fs/writeFile", "fs/createDirectory", "fs/remove", "fs/copy", "fs/rename", "fs/open"];
+/// process/start fields of today's client that have no equivalent here.
+const UNSUPPORTED: [(&str, &str); 3] = [
+    ("shellSnapshot", "no shell state is cached here; start the shell itself"),
+    ("managedNetwork", "managed network proxies are not supported"),
+    ("networkProxy", "managed network proxies are not supported"),
+];
+
+/// A request made ready for the core.
+#[derive(Debug)]
+pub(crate) struct Inbound {
+    pub(crate) params: Value,
+    pub(crate) dialect: Dialect,
+    /// An fs write under a managed sandbox context: its paths must lie beneath these.
+    pub(crate) confine: Option<Vec<PathBuf>>,
+}
+
+/// Translates the params of `method`.
+pub(crate) fn translate(method: &str, params: Value) -> Result<Inbound, ErrorObject> {
+    let Value::Object(mut object) = params else {
+        return Ok(Inbound { params, dialect: Dialect::V0, confine: None });
+    };
+    let mut dialect = Dialect::V0;
+    for key in PATH_KEYS {
+        let Some(Value::String(text)) = object.get(key) else { continue };
+        if !uri::is_uri(text) {
+            continue;
+        }
+        dialect = Dialect::Today;
+        let path = uri::to_path(text).map_err(|e| {
+            ErrorObject::invalid_params(format!("invalid params for {method}: {key}: {e}"))
+        })?;
+        match path.into_os_string().into_string() {
+            Ok(path) => {
+                object.insert(key.to_owned(), Value::String(path));
+            }
+            Err(raw) if key != "cwd" => {
+                object.remove(key);
+                let bytes = std::os::unix::ffi::OsStringExt::into_vec(raw);
+                object.insert(
+                    format!("{key}Base64"),
+                    serde_json::to_value(Base64(bytes)).unwrap_or_default(),
+                );
+            }
+            Err(_) => {
+                return Err(ErrorObject::invalid_params(format!(
+                    "invalid params for {method}: cwd {text} is not UTF-8"
+                )))
+            }
+        }
+    }
+    let mut confine = None;
+    if method == "process/start" {
+        start_fields(&mut object, &mut dialect)?;
+    } else if method.starts_with("fs/") {
+        // fs/watch takes this server's own `{"mode": ...}` sandbox (Part B).
+        let own = object.get("sandbox").is_some_and(|s| !contexts::is_context(s));
+        let sandbox = if method == "fs/watch" && own { None } else { object.remove("sandbox") };
+        if let Some(sandbox) = sandbox.filter(|s| !s.is_null()) {
+            if !contexts::is_context(&sandbox) {
+                return Err(ErrorObject::invalid_params(format!(
+                    "invalid params for {method}: sandbox takes a file system sandbox context ({{\"permissions\": ...}}) on fs methods"
+                )));
+            }
+            dialect = Dialect::Today;
+            if let Confinement::Restricted { writable, .. } =
+                contexts::confinement(method, &sandbox)?
+            {
+                if FS_WRITES.contains(&method) {
+                    confine = Some(writable);
+                }
+            }
+        }
+    }
+    Ok(Inbound { params: Value::Object(object), dialect, confine })
+}
+
+/// process/start's fields of today's dialect: `envPolicy`, a sandbox
+/// context, `metadata`, and the refused ones.
+fn start_fields(object: &mut Map<String, Value>, dialect: &mut Dialect) -> Result<(), ErrorObject> {
+    for (field, why) in UNSUPPORTED {
+        if object.get(field).is_some_and(|v| !v.is_null()) {
+            return Err(ErrorObject::invalid_params(format!(
+                "invalid params for process/start: {field} is not supported by exec-server: {why}"
+            )));
+        }
+        object.remove(field);
+    }
+    match object.remove("enforceManagedNetwork") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+        Some(_) => {
+            return Err(ErrorObject::invalid_params(
+                "invalid params for process/start: enforceManagedNetwork is not supported by exec-server: managed network proxies are not supported",
+            ))
+        }
+    }
+    // Attribution only.
+    if object.remove("metadata").is_some() {
+        *dialect = Dialect::Today;
+    }
+    if let Some(policy) = object.remove("envPolicy").filter(|p| !p.is_null()) {
+        *dialect = Dialect::Today;
+        let given = match object.remove("env") {
+            None | Some(Value::Null) => Default::default(),
+            Some(env) => serde_json::from_value(env).map_err(|e| {
+                ErrorObject::invalid_params(format!("invalid params for process/start: env: {e}"))
+            })?,
+        };
+        let built = env::apply(policy, std::env::vars(), given)?;
+        object.insert("env".into(), serde_json::to_value(built).unwrap_or_default());
+    }
+    if let Some(sandbox) = object.get("sandbox").filter(|s| contexts::is_context(s)) {
+        *dialect = Dialect::Today;
+        match contexts::confinement("process/start", sandbox)?.to_sandbox() {
+            Some(policy) => object.insert("sandbox".into(), policy),
+            None => object.remove("sandbox"),
+        };
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn uris_become_paths_or_base64_twins() {
+        let inbound = translate(
+            "fs/copy",
+            json!({"sourcePath": "file:///a%20b", "destinationPath": "file:///t/%FF"}),
+        )
+        .unwrap();
+        assert_eq!(inbound.dialect, Dialect::Today);
+        assert_eq!(
+            inbound.params,
+            json!({"sourcePath": "/a b", "destinationPathBase64": "L3Qv/w=="})
+        );
+        let plain = translate("fs/getMetadata", json!({"path": "/x"})).unwrap();
+        assert_eq!((plain.dialect, plain.params), (Dialect::V0, json!({"path": "/x"})));
+        let error = translate("fs/readFile", json!({"path": "file://host/x"})).unwrap_err();
+        assert_eq!(error.message, "invalid params for fs/readFile: path: file URI \"file://host/x\" names host \"host\"; only local paths are served");
+    }
+
+    #[test]
+    fn start_fields_are_translated_or_refused() {
+        let inbound = translate(
+            "process/start",
+            json!({"cwd": "file:///w", "envPolicy": {"inherit": "none", "set": {"A": "1"}}, "env": {"B": "2"},
+                   "metadata": {"threadId": "t"}, "shellSnapshot": null,
+                   "sandbox": {"permissions": {"type": "managed", "file_system": "workspaceWrite"}, "cwd": "file:///w"}}),
+        )
+        .unwrap();
+        assert_eq!(
+            inbound.params,
+            json!({"cwd": "/w", "env": {"A": "1", "B": "2"}, "sandbox": {"mode": "restricted", "writableRoots": ["/w"], "network": false}})
+        );
+        let error =
+            translate("process/start", json!({"shellSnapshot": {"scopeId": "s"}})).unwrap_err();
+        assert_eq!(error.message, "invalid params for process/start: shellSnapshot is not supported by exec-server: no shell state is cached here; start the shell itself");
+        assert!(translate("process/start", json!({"enforceManagedNetwork": true})).is_err());
+        let disabled =
+            translate("process/start", json!({"sandbox": {"permissions": {"type": "disabled"}}}))
+                .unwrap();
+        assert_eq!(disabled.params, json!({}));
+    }
+
+    #[test]
+    fn fs_contexts_confine_writes_only() {
+        let context = json!({"permissions": {"type": "managed", "file_system": "workspaceWrite"}, "cwd": "file:///w"});
+        let write =
+            translate("fs/writeFile", json!({"path": "file:///w/f", "sandbox": context.clone()}))
+                .unwrap();
+        assert_eq!(write.confine, Some(vec![PathBuf::from("/w")]));
+        let read =
+            translate("fs/readFile", json!({"path": "file:///etc/hosts", "sandbox": context}))
+                .unwrap();
+        assert_eq!((read.confine, read.params), (None, json!({"path": "/etc/hosts"})));
+        assert!(
+            translate("fs/readFile", json!({"path": "/x", "sandbox": {"mode": "none"}})).is_err()
+        );
+    }
+}

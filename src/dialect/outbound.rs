@@ -1,0 +1,49 @@
+//! Answers in today's dialect: what differs from this server's own answers.
+//!
+//! Error codes: an fs NotFound is -32004 (v0: -32603) and PermissionDenied
+//! -32600; paths are file URIs; the Linux sandbox is `linuxSeccomp`; a write
+//! that cannot be applied is a `status`, not an error.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::{uri, Dialect};
+use crate::protocol::{ErrorObject, SandboxType, WriteResult, WriteStatus};
+
+/// Today's code for an fs NotFound.
+pub(crate) const NOT_FOUND: i64 = -32004;
+
+/// `error` as the dialect reports it.
+pub(crate) fn error(dialect: Dialect, mut error: ErrorObject) -> ErrorObject {
+    if dialect == Dialect::Today {
+        match error.data.as_ref().and_then(|d| d.get("kind")).and_then(Value::as_str) {
+            Some("notFound") => error.code = NOT_FOUND,
+            Some("permissionDenied") => error.code = crate::protocol::codes::INVALID_REQUEST,
+            _ => {}
+        }
+    }
+    error
+}
+
+/// A path in a result: a file URI in today's dialect, else the path (lossy
+/// for names that are not UTF-8: the caller adds a base64 twin).
+pub(crate) fn path(dialect: Dialect, path: &Path) -> String {
+    match dialect {
+        Dialect::Today => uri::from_path(path),
+        Dialect::V0 => path.to_string_lossy().into_owned(),
+    }
+}
+
+/// The sandbox type a start result names.
+pub(crate) fn sandbox_type(dialect: Dialect, sandbox: SandboxType) -> SandboxType {
+    match (dialect, sandbox) {
+        (Dialect::Today, SandboxType::LinuxLandlock) => SandboxType::LinuxSeccomp,
+        (_, other) => other,
+    }
+}
+
+/// A refused write in today's dialect: the status that says why, when there is one.
+pub(crate) fn write_refusal(dialect: Dialect, refusal: WriteStatus) -> Option<WriteResult> {
+    (dialect == Dialect::Today).then_some(WriteResult { accepted: false, status: refusal })
+}

@@ -1,0 +1,186 @@
+//! `fs/open`, `fs/readBlock`, `fs/writeBlock`, `fs/close`: files held open by
+//! client-chosen ids, for moving a file in blocks.
+//!
+//! A handle is the descriptor itself, so it keeps reading the file it opened
+//! even after its path is replaced or removed. Each connection holds at most
+//! [`MAX_HANDLES`]; they close with the connection (or, when a session
+//! detaches, with the connection it had). Reads and writes use pread and
+//! pwrite, so blocks of one handle may be moved concurrently.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::error::{io_error, FsOp};
+use super::{kind, sys, FsResult, Roots};
+use crate::protocol::{Base64, Empty, ErrorObject, OpenMode, ReadBlockResult};
+
+/// Open handles per connection.
+pub(crate) const MAX_HANDLES: usize = 256;
+/// The longest handle id, in bytes.
+pub(crate) const MAX_HANDLE_ID: usize = 32;
+/// The largest block read or written at once.
+pub(crate) const MAX_BLOCK: u64 = 1024 * 1024;
+
+struct Handle {
+    file: File,
+    mode: OpenMode,
+}
+
+/// One connection's open handles.
+#[derive(Default)]
+pub(crate) struct Handles(Mutex<HashMap<String, Arc<Handle>>>);
+
+impl Handles {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Handle>>> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn get(&self, id: &str) -> FsResult<Arc<Handle>> {
+        self.lock()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| ErrorObject::invalid_request(format!("unknown file handle {id:?}")))
+    }
+
+    /// `fs/open`: opens `path` for reading, or creates or truncates it for writing.
+    pub(crate) fn open(
+        &self,
+        roots: &Roots,
+        id: String,
+        path: &Path,
+        mode: OpenMode,
+    ) -> FsResult<String> {
+        if id.is_empty() || id.len() > MAX_HANDLE_ID {
+            return Err(ErrorObject::invalid_params(format!(
+                "handleId must be 1 to {MAX_HANDLE_ID} bytes; {id:?} is {}",
+                id.len()
+            )));
+        }
+        {
+            let handles = self.lock();
+            if handles.contains_key(&id) {
+                return Err(ErrorObject::invalid_request(format!(
+                    "file handle {id:?} is already open"
+                )));
+            }
+            if handles.len() >= MAX_HANDLES {
+                return Err(ErrorObject::invalid_request(format!(
+                    "too many open file handles: the limit is {MAX_HANDLES} per connection; close some with fs/close"
+                )));
+            }
+        }
+        let file = match mode {
+            OpenMode::Read => open_read(roots, path)?,
+            OpenMode::Replace => open_replace(roots, path)?,
+        };
+        let mut handles = self.lock();
+        if handles.contains_key(&id) {
+            return Err(ErrorObject::invalid_request(format!(
+                "file handle {id:?} is already open"
+            )));
+        }
+        if handles.len() >= MAX_HANDLES {
+            return Err(ErrorObject::invalid_request(format!(
+                "too many open file handles: the limit is {MAX_HANDLES} per connection; close some with fs/close"
+            )));
+        }
+        handles.insert(id.clone(), Arc::new(Handle { file, mode }));
+        Ok(id)
+    }
+
+    /// `fs/readBlock`: up to `len` bytes at `offset`.
+    pub(crate) fn read_block(&self, id: &str, offset: u64, len: u64) -> FsResult<ReadBlockResult> {
+        if len == 0 || len > MAX_BLOCK {
+            return Err(ErrorObject::invalid_params(format!(
+                "len must be 1 to {MAX_BLOCK}; got {len}"
+            )));
+        }
+        let handle = self.get(id)?;
+        if handle.mode != OpenMode::Read {
+            return Err(ErrorObject::invalid_request(format!(
+                "file handle {id:?} was opened for writing"
+            )));
+        }
+        let mut buffer = vec![0u8; len as usize];
+        let mut filled = 0;
+        while filled < buffer.len() {
+            let at = offset.checked_add(filled as u64).ok_or_else(|| {
+                ErrorObject::invalid_params(format!("offset {offset} is too large"))
+            })?;
+            match handle.file.read_at(&mut buffer[filled..], at) {
+                Ok(0) => break,
+                Ok(read) => filled += read,
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(error) => {
+                    return Err(ErrorObject::internal(format!(
+                        "cannot read file handle {id:?}: {error}"
+                    )))
+                }
+            }
+        }
+        buffer.truncate(filled);
+        Ok(ReadBlockResult { eof: filled < len as usize, chunk: Base64(buffer) })
+    }
+
+    /// `fs/writeBlock`: all of `bytes` at `offset`.
+    pub(crate) fn write_block(&self, id: &str, offset: u64, bytes: &[u8]) -> FsResult<Empty> {
+        if bytes.is_empty() || bytes.len() as u64 > MAX_BLOCK {
+            return Err(ErrorObject::invalid_params(format!(
+                "chunk must be 1 to {MAX_BLOCK} bytes; got {}",
+                bytes.len()
+            )));
+        }
+        let handle = self.get(id)?;
+        if handle.mode != OpenMode::Replace {
+            return Err(ErrorObject::invalid_request(format!(
+                "file handle {id:?} was opened for reading"
+            )));
+        }
+        offset
+            .checked_add(bytes.len() as u64)
+            .ok_or_else(|| ErrorObject::invalid_params(format!("offset {offset} is too large")))?;
+        handle
+            .file
+            .write_all_at(bytes, offset)
+            .map_err(|e| ErrorObject::internal(format!("cannot write file handle {id:?}: {e}")))?;
+        Ok(Empty {})
+    }
+
+    /// `fs/close`.
+    pub(crate) fn close(&self, id: &str) -> FsResult<Empty> {
+        match self.lock().remove(id) {
+            Some(_) => Ok(Empty {}),
+            None => Err(ErrorObject::invalid_request(format!("unknown file handle {id:?}"))),
+        }
+    }
+}
+
+fn open_read(roots: &Roots, path: &Path) -> FsResult<File> {
+    let op = FsOp::Open;
+    let located = roots.locate(path)?;
+    let handle = located.open(libc::O_PATH | libc::O_CLOEXEC).map_err(|e| located.fail(op, e))?;
+    let stat = sys::fstat(handle.as_fd()).map_err(io_error(op, path))?;
+    kind::require_regular(op, path, &stat)?;
+    kind::refuse_stdio(op, path, &stat)?;
+    kind::reopen(&handle, libc::O_RDONLY).map_err(io_error(op, path))
+}
+
+fn open_replace(roots: &Roots, path: &Path) -> FsResult<File> {
+    let op = FsOp::Open;
+    let located = roots.locate(path)?;
+    let entry = located.entry(op)?;
+    // Not through a final symlink, and never a FIFO or device (O_NONBLOCK, then checked).
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    let fd = sys::openat(entry.dir.as_fd(), &entry.name, flags, 0o644)
+        .map_err(|e| located.fail(op, e))?;
+    let stat = sys::fstat(fd.as_fd()).map_err(io_error(op, path))?;
+    kind::require_regular(op, path, &stat)?;
+    kind::refuse_stdio(op, path, &stat)?;
+    let file = File::from(fd);
+    file.set_len(0).map_err(io_error(op, path))?;
+    Ok(file)
+}
