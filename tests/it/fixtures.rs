@@ -95,7 +95,10 @@ fn worded_for(transport: Transport, expected: &str) -> String {
 async fn replay(path: &Path, transport: Transport) {
     let name = path.file_stem().unwrap().to_string_lossy().into_owned();
     let dir = scratch(&format!("transcript-{name}-{transport:?}"));
-    let text = std::fs::read_to_string(path).unwrap().replace("${DIR}", dir.to_str().unwrap());
+    let text = std::fs::read_to_string(path)
+        .unwrap()
+        .replace("${URI}", &format!("file://{}", dir.display()))
+        .replace("${DIR}", dir.to_str().unwrap());
     let mut peer = Peer::start(transport).await;
     for (number, line) in text.lines().enumerate() {
         let at = format!("{}:{} over {transport:?}", path.display(), number + 1);
