@@ -23,6 +23,7 @@ pub use self::process::{ExitStatus, OutputChunk, Process};
 pub(crate) use self::resume::{Connector, Transport};
 use self::routing::{Route, Shared};
 pub use self::watching::Watch;
+use crate::dialect::{requests, Dialect};
 use crate::error::Error;
 use crate::protocol::*;
 use crate::server::{self, Config};
@@ -46,6 +47,10 @@ pub struct ClientOptions {
     /// persistent launcher) keeps trying to resume its session after a drop
     /// (default 25 s, inside the server's 30 s ttl; zero: never).
     pub resume_within: Duration,
+    /// How requests are written: [`Dialect::V0`] (default), or
+    /// [`Dialect::Today`] to drive a server that speaks only today's
+    /// upstream dialect (paths as file URIs; no `protocolVersion` needed).
+    pub dialect: Dialect,
 }
 
 impl Default for ClientOptions {
@@ -55,6 +60,7 @@ impl Default for ClientOptions {
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             bearer_token: None,
             resume_within: resume::DEFAULT_RESUME_WITHIN,
+            dialect: Dialect::V0,
         }
     }
 }
@@ -200,6 +206,7 @@ impl Client {
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let shared = Arc::new(Shared::default());
+        shared.set_dialect(options.dialect);
         let (outgoing, writer) = transport::spawn_writer(writer);
         let reader = tokio::spawn(read_loop(reader, shared.clone()));
         let params = InitializeParams::new(options.client_name);
@@ -262,6 +269,12 @@ impl Client {
         params: &WriteFileParams,
         data: &[u8],
     ) -> Result<Empty, Error> {
+        if self.inner.shared.dialect() == Dialect::Today {
+            let mut params = params.clone();
+            params.data_base64 =
+                base64::Engine::encode(&base64::engine::general_purpose::STANDARD, data);
+            return self.call::<WriteFile>(&params).await;
+        }
         let id = self.inner.shared.next_id();
         let line = encode_write_file_bytes(&id, params, data)
             .map_err(|e| Error::Encode(format!("{} params: {e}", WriteFile::NAME)))?;
@@ -311,6 +324,7 @@ impl Client {
     pub(crate) fn send_and_forget<M: Method>(&self, params: &M::Params) {
         let id = self.inner.shared.next_id();
         let Ok(line) = encode_request::<M>(&id, params) else { return };
+        let line = requests::request_line(self.inner.shared.dialect(), line);
         let Some(outgoing) = lock(&self.inner.outgoing).clone() else {
             tracing::warn!(method = M::NAME, "cannot send: the connection is closed");
             return;
@@ -412,6 +426,7 @@ async fn round_trip<M: Method>(
 ) -> Result<M::Result, Error> {
     let line = encode_request::<M>(&id, params)
         .map_err(|e| Error::Encode(format!("{} params: {e}", M::NAME)))?;
+    let line = requests::request_line(shared.dialect(), line);
     line_round_trip::<M>(shared, outgoing, id, line).await
 }
 
@@ -444,13 +459,22 @@ async fn handshake(
     params: InitializeParams,
 ) -> Result<InitializeResult, Error> {
     let info = round_trip::<Initialize>(shared, outgoing, RequestId::from(1), &params).await?;
-    if info.protocol_version != PROTOCOL_VERSION {
-        return Err(Error::Protocol(format!(
-            "server speaks {}, not {PROTOCOL_VERSION}",
-            info.protocol_version
-        )));
-    }
+    check_server(shared.dialect(), &info)?;
     Ok(info)
+}
+
+/// Whether the `initialize` result is of a server this client can speak to.
+fn check_server(dialect: Dialect, info: &InitializeResult) -> Result<(), Error> {
+    match dialect {
+        Dialect::V0 if info.protocol_version != PROTOCOL_VERSION => Err(Error::Protocol(format!(
+            "server speaks {:?}, not {PROTOCOL_VERSION}",
+            info.protocol_version
+        ))),
+        Dialect::Today if info.session_id.is_none() => Err(Error::Protocol(
+            "the server's initialize result has no sessionId (today's dialect needs one)".into(),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Whether the server sends `process/closed` (Part B), from its capabilities.

@@ -13,13 +13,14 @@ mod env;
 pub(crate) mod inbound;
 mod info;
 pub(crate) mod outbound;
+pub(crate) mod requests;
 pub(crate) mod uri;
 
 pub(crate) use self::info::environment_info;
 
-/// Which dialect a request (or a connection) speaks.
+/// Which dialect a request, a connection or a [`crate::Client`] speaks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) enum Dialect {
+pub enum Dialect {
     /// exec-server.v0 with Part B.
     #[default]
     V0,

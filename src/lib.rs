@@ -59,6 +59,7 @@ mod watch;
 pub use crate::client::{
     Client, ClientOptions, Event, EventStream, ExitStatus, OutputChunk, Process, Watch,
 };
+pub use crate::dialect::Dialect;
 pub use crate::error::Error;
 pub use crate::executor::{Executor, LocalExecutor, RemoteExecutor};
 pub use crate::filesystem::{FileSystem, LocalFileSystem, RemoteFileSystem};

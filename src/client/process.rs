@@ -208,7 +208,14 @@ impl Process {
         let params = WriteParams::new(self.id.clone(), bytes.to_vec())
             .write_id(self.client.shared().next_write_id());
         let params = if close_stdin { params.close_stdin() } else { params };
-        self.client.write(params).await.map(drop)
+        let result = self.client.write(params).await?;
+        match result.status {
+            WriteStatus::Accepted => Ok(()),
+            refused => Err(Error::Protocol(format!(
+                "the write to process {} was refused: {refused:?}",
+                self.id
+            ))),
+        }
     }
 
     /// Takes `chunk` if it is the next one; fills a gap first; drops repeats.

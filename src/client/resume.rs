@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::routing::Shared;
-use super::{read_lines, sends_closed};
+use super::{check_server, read_lines, sends_closed};
 use crate::error::Error;
 use crate::protocol::*;
 use crate::transport;
@@ -72,6 +72,7 @@ pub(super) async fn connect(
     options: super::ClientOptions,
 ) -> Result<(Arc<Shared>, mpsc::Sender<String>, InitializeResult, JoinHandle<()>), Error> {
     let shared = Arc::new(Shared::default());
+    shared.set_dialect(options.dialect);
     let params = InitializeParams::new(options.client_name.clone());
     let (connection, info) = open(&connector, &shared, params).await?;
     shared.set_sends_closed(sends_closed(&info));
@@ -105,12 +106,7 @@ async fn open(
     let value = request(shared, &connection.lines, id, line).await?;
     let info: InitializeResult = serde_json::from_value(value)
         .map_err(|e| Error::Protocol(format!("bad initialize result: {e}")))?;
-    if info.protocol_version != PROTOCOL_VERSION {
-        return Err(Error::Protocol(format!(
-            "server speaks {}, not {PROTOCOL_VERSION}",
-            info.protocol_version
-        )));
-    }
+    check_server(shared.dialect(), &info)?;
     let initialized = encode_notification::<Initialized>(&Empty {}, 64);
     connection.lines.send(initialized).await.map_err(|_| Error::Closed)?;
     Ok((connection, info))
@@ -241,6 +237,7 @@ impl Supervisor {
                 let id = shared.next_id();
                 let params = ReadParams::new(process_id.clone()).after_seq(last_seq);
                 let Ok(line) = encode_request::<ProcessRead>(&id, &params) else { return };
+                let line = crate::dialect::requests::request_line(shared.dialect(), line);
                 match request(&shared, &lines, id, line).await {
                     Ok(value) => match serde_json::from_value::<ReadResult>(value) {
                         Ok(read) => shared.caught_up(&process_id, read),

@@ -71,6 +71,8 @@ pub(crate) struct Shared {
     /// Unique to this client, so its writeIds never meet another's.
     write_prefix: String,
     next_write: AtomicU64,
+    /// How requests are written (set once, before the first).
+    dialect: Mutex<crate::dialect::Dialect>,
     /// Why the connection ended for good, when it was not simply closed (a session lost).
     lost: Mutex<Option<String>>,
 }
@@ -89,6 +91,7 @@ impl Default for Shared {
             write_prefix: crate::sessions::new_id(),
             next_write: AtomicU64::new(1),
             lost: Mutex::new(None),
+            dialect: Mutex::default(),
         }
     }
 }
@@ -127,6 +130,14 @@ impl Shared {
         let mut pending = lock(&self.pending);
         pending.calls.remove(id);
         pending.retry.remove(id);
+    }
+
+    pub(crate) fn set_dialect(&self, dialect: crate::dialect::Dialect) {
+        *lock(&self.dialect) = dialect;
+    }
+
+    pub(crate) fn dialect(&self) -> crate::dialect::Dialect {
+        *lock(&self.dialect)
     }
 
     /// A fresh `writeId`: this client's random prefix and a counter.

@@ -173,6 +173,13 @@ fn open_replace(roots: &Roots, path: &Path) -> FsResult<File> {
     let op = FsOp::Open;
     let located = roots.locate(path)?;
     let entry = located.entry(op)?;
+    // What is there already must be a regular file (a FIFO would refuse the open itself).
+    match sys::fstatat(entry.dir.as_fd(), &entry.name, false) {
+        Ok(stat) if sys::file_type(&stat) != libc::S_IFLNK => {
+            kind::require_regular(op, path, &stat)?
+        }
+        _ => {}
+    }
     // Not through a final symlink, and never a FIFO or device (O_NONBLOCK, then checked).
     let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_NONBLOCK;
     let fd = sys::openat(entry.dir.as_fd(), &entry.name, flags, 0o644)

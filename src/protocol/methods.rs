@@ -157,7 +157,8 @@ pub struct InitializeParams {
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct InitializeResult {
-    /// Always `exec-server.v0`.
+    /// `exec-server.v0` (absent from today's upstream servers).
+    #[serde(default)]
     pub protocol_version: String,
     /// Name and version of the server (absent on Part A-only servers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -432,6 +433,7 @@ pub struct WriteParams {
 #[non_exhaustive]
 pub struct WriteResult {
     /// True when the chunk was queued in order (or had been: a repeated writeId).
+    #[serde(default)]
     pub accepted: bool,
     /// The same in today's words; a refused write of today's dialect says why here.
     #[serde(default)]

@@ -14,7 +14,10 @@ async fn pipe_stdin_feeds_a_tool_that_reads_to_eof() {
             .await;
     }
     let last = json!({"processId": "sort", "chunk": b64(b"fig\n"), "closeStdin": true});
-    assert_eq!(h.result("process/write", last).await, json!({"accepted": true, "status": "accepted"}));
+    assert_eq!(
+        h.result("process/write", last).await,
+        json!({"accepted": true, "status": "accepted"})
+    );
     let (bytes, exited) = h.output_and_exit("sort").await;
     assert_eq!(bytes, b"apple\nfig\npear\n");
     assert_eq!(exited["exitCode"], 0);

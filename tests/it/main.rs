@@ -6,6 +6,7 @@ mod binary;
 mod bounds;
 mod client;
 mod control;
+mod dialect;
 mod fixtures;
 mod fs;
 mod fs_escape;

@@ -1,0 +1,254 @@
+//! Today's dialect through the real binary: walks that meet loops and links
+//! out of the root, a handle across a rename-over, envPolicy, sandbox
+//! contexts, upstream's command-line forms, and our client speaking it.
+
+use std::os::unix::fs::symlink;
+
+use exec_server::{Client, ClientOptions, Dialect, StartParams};
+use serde_json::{json, Value};
+
+use crate::binary::Binary;
+use crate::support::{b64, scratch, snapshot, unb64};
+
+fn uri(path: &std::path::Path) -> String {
+    format!("file://{}", path.display())
+}
+
+/// Output and exit code of a process started with `params`, read to its close.
+async fn run(server: &mut Binary, params: Value) -> (Vec<u8>, Value) {
+    let id = params["processId"].as_str().unwrap().to_owned();
+    let reply = server.call("process/start", params).await;
+    assert!(reply["result"].is_object(), "start failed: {reply}");
+    let mut output = Vec::new();
+    loop {
+        let message = server.next().await.expect("the server answered");
+        if message["params"]["processId"] != id.as_str() {
+            continue;
+        }
+        match message["method"].as_str() {
+            Some("process/output") => output.extend(unb64(&message["params"]["chunk"])),
+            Some("process/exited") => return (output, message["params"].clone()),
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_walk_meets_a_loop_and_a_link_out_of_the_root_and_stays_inside() {
+    let root = scratch("walk-root");
+    let outside = scratch("walk-outside");
+    std::fs::write(outside.join("secret"), "x").unwrap();
+    std::fs::create_dir_all(root.join("a/b")).unwrap();
+    std::fs::write(root.join("a/b/f"), "y").unwrap();
+    std::fs::create_dir(root.join(".hidden")).unwrap();
+    std::fs::write(root.join(".hidden/h"), "z").unwrap();
+    // A relative link back up (an absolute one may not be resolved beneath a root).
+    symlink("..", root.join("a/b/loop")).unwrap();
+    symlink(&outside, root.join("out")).unwrap();
+    symlink("../../nowhere", root.join("dangling")).unwrap();
+    let mut server = Binary::ready(&["--root", root.to_str().unwrap()]).await;
+    let options = json!({"followDirectorySymlinks": true, "pruneHiddenDirectories": true});
+    let walked = server.result("fs/walk", json!({"path": uri(&root), "options": options})).await;
+    let entries: Vec<(String, String)> = walked["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["path"].as_str().unwrap().to_owned(), e["kind"].as_str().unwrap().to_owned()))
+        .collect();
+    let at = |rel: &str, kind: &str| (format!("{}/{rel}", uri(&root)), kind.to_owned());
+    assert_eq!(
+        entries,
+        vec![
+            at(".hidden", "directory"),
+            at("a", "directory"),
+            at("dangling", "file"),
+            // Out of the root: not followed, so not a directory here.
+            at("out", "file"),
+            at("a/b", "directory"),
+            at("a/b/f", "file"),
+            // Followed (it stays inside), but a/ was seen already: not entered again.
+            at("a/b/loop", "directory"),
+        ]
+    );
+    assert_eq!((walked["errors"].clone(), walked["truncated"].clone()), (json!([]), json!(false)));
+    // Plain paths get plain answers; a walk cannot start outside the root.
+    let plain = server.result("fs/walk", json!({"path": root.join("a/b"), "options": {}})).await;
+    assert_eq!(plain["entries"][0]["path"], json!(root.join("a/b/f")));
+    let error = server.call("fs/walk", json!({"path": uri(&outside)})).await;
+    assert_eq!(
+        error["error"]["message"],
+        json!(format!("path {} is outside the allowed roots", outside.display()))
+    );
+}
+
+#[tokio::test]
+async fn a_handle_keeps_reading_the_file_it_opened_across_a_rename_over() {
+    let dir = scratch("handle-rename");
+    let path = dir.join("f");
+    std::fs::write(&path, "the original").unwrap();
+    let mut server = Binary::ready(&[]).await;
+    server.result("fs/open", json!({"handleId": "h", "path": uri(&path)})).await;
+    std::fs::write(dir.join("new"), "the replacement").unwrap();
+    std::fs::rename(dir.join("new"), &path).unwrap();
+    let read =
+        server.result("fs/readBlock", json!({"handleId": "h", "offset": 4, "len": 100})).await;
+    assert_eq!((unb64(&read["chunk"]), read["eof"].clone()), (b"original".to_vec(), json!(true)));
+    // A new handle sees the new file; replace writes through its own.
+    server.result("fs/open", json!({"handleId": "h2", "path": uri(&path)})).await;
+    let read =
+        server.result("fs/readBlock", json!({"handleId": "h2", "offset": 0, "len": 3})).await;
+    assert_eq!(unb64(&read["chunk"]), b"the");
+    server.result("fs/open", json!({"handleId": "w", "path": uri(&path), "mode": "replace"})).await;
+    let block = json!({"handleId": "w", "offset": 2, "chunk": b64(b"ok")});
+    server.result("fs/writeBlock", block).await;
+    assert_eq!(std::fs::read(&path).unwrap(), b"\0\0ok");
+    // A symlink is not written through, and a FIFO is refused without blocking.
+    symlink("/etc/hostname", dir.join("link")).unwrap();
+    let refused = server
+        .call(
+            "fs/open",
+            json!({"handleId": "l", "path": uri(&dir.join("link")), "mode": "replace"}),
+        )
+        .await;
+    assert_eq!(refused["error"]["data"]["kind"], "other", "{refused}");
+    let fifo = dir.join("fifo");
+    let c_fifo = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo of a NUL-terminated path in the test's scratch directory.
+    assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) }, 0);
+    for mode in ["read", "replace"] {
+        let reply = server
+            .call("fs/open", json!({"handleId": mode, "path": uri(&fifo), "mode": mode}))
+            .await;
+        assert_eq!(reply["error"]["data"]["kind"], "invalidInput", "{mode}: {reply}");
+    }
+}
+
+#[tokio::test]
+async fn env_policies_build_the_environment_from_the_servers() {
+    let mut command = tokio::process::Command::new(crate::binary::BIN);
+    command.env_clear().envs([
+        ("PATH", "/usr/bin:/bin"),
+        ("HOME", "/home/x"),
+        ("MY_TOKEN", "t"),
+        ("LANG", "C.UTF-8"),
+    ]);
+    let mut server = Binary::from_command(command);
+    server.result("initialize", json!({"clientName": "env"})).await;
+    server.send_line(r#"{"method":"initialized"}"#).await;
+    let cases = [
+        (json!({}), json!({}), "HOME=/home/x LANG=C.UTF-8 PATH=/usr/bin:/bin"),
+        (
+            json!({"inherit": "core"}),
+            json!({"EXTRA": "1"}),
+            "EXTRA=1 HOME=/home/x PATH=/usr/bin:/bin",
+        ),
+        (
+            json!({"inherit": "all", "ignoreDefaultExcludes": true}),
+            json!({}),
+            "HOME=/home/x LANG=C.UTF-8 MY_TOKEN=t PATH=/usr/bin:/bin",
+        ),
+        (
+            json!({"inherit": "all", "exclude": ["lang"], "set": {"A": "b"}}),
+            json!({"A": "env wins"}),
+            "A=env wins HOME=/home/x PATH=/usr/bin:/bin",
+        ),
+        (
+            json!({"inherit": "none", "set": {"PATH": "/bin"}, "includeOnly": ["P*"]}),
+            json!({}),
+            "PATH=/bin",
+        ),
+    ];
+    for (n, (policy, env, expected)) in cases.into_iter().enumerate() {
+        let script = "env | grep -v '^PWD=\\|^SHLVL=\\|^_=' | sort | tr '\\n' ' '";
+        let params = json!({"processId": format!("e{n}"), "argv": ["/bin/sh", "-c", script], "cwd": "file:///", "env": env, "envPolicy": policy, "tty": false});
+        let (output, exit) = run(&mut server, params).await;
+        assert_eq!(String::from_utf8(output).unwrap().trim_end(), expected, "policy {n}");
+        assert_eq!(exit["exitCode"], 0);
+    }
+}
+
+#[tokio::test]
+async fn a_managed_sandbox_context_runs_confined_and_disabled_runs_free() {
+    let work = scratch("context-work");
+    let outside = scratch("context-outside");
+    let before = snapshot(&outside);
+    let mut server = Binary::ready(&[]).await;
+    let context = json!({
+        "permissions": {"type": "managed", "file_system": "workspaceWrite", "network": "restricted"},
+        "policyContext": {"cwd": uri(&work), "workspaceRoots": [uri(&work)]},
+    });
+    let script = format!(
+        "echo in > in.txt && (echo out > {}/out.txt) 2>&1 || echo refused",
+        outside.display()
+    );
+    let start = json!({"processId": "s", "argv": ["sh", "-c", script], "cwd": uri(&work), "env": {"PATH": "/usr/bin:/bin"}, "tty": false, "sandbox": context});
+    let reply = server.call("process/start", start.clone()).await;
+    assert_eq!(reply["result"]["sandboxType"], "linuxSeccomp");
+    let mut output = Vec::new();
+    loop {
+        let message = server.next().await.unwrap();
+        match message["method"].as_str() {
+            Some("process/output") => output.extend(unb64(&message["params"]["chunk"])),
+            Some("process/exited") => break,
+            _ => {}
+        }
+    }
+    let text = String::from_utf8_lossy(&output).into_owned();
+    assert!(
+        text.ends_with("Read-only file system\nrefused\n"),
+        "the write outside was not refused: {text}"
+    );
+    assert_eq!(std::fs::read_to_string(work.join("in.txt")).unwrap(), "in\n");
+    assert_eq!(snapshot(&outside), before, "something outside the workspace changed");
+    let mut free = start;
+    free["processId"] = json!("free");
+    free["sandbox"] = json!({"permissions": {"type": "disabled"}});
+    let (_, exit) = run(&mut server, free).await;
+    assert_eq!(exit["exitCode"], 0);
+    assert_eq!(std::fs::read_to_string(outside.join("out.txt")).unwrap(), "out\n");
+}
+
+#[tokio::test]
+async fn upstreams_command_line_forms_are_accepted() {
+    for args in
+        [&["--listen", "stdio"][..], &["--listen", "stdio://", "--concurrent-requests", "32"]]
+    {
+        let mut server = Binary::ready(args).await;
+        let status = server.result("environment/status", json!({})).await;
+        assert_eq!(status, json!({"status": "ready"}), "{args:?}");
+    }
+    let refused = std::process::Command::new(crate::binary::BIN)
+        .args(["--concurrent-requests", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+}
+
+#[tokio::test]
+async fn our_client_speaks_both_dialects_to_our_server() {
+    let dir = scratch("client-dialects");
+    for dialect in [Dialect::V0, Dialect::Today] {
+        let options = ClientOptions { dialect, ..ClientOptions::default() };
+        let launcher =
+            exec_server::Launcher::spawn_with(exec_server::LaunchCommand::exec_server(), options)
+                .await
+                .unwrap();
+        let client = launcher.client();
+        let path = dir.join(format!("{dialect:?} file"));
+        let fs = exec_server::RemoteFileSystem::new(client.clone());
+        exec_server::FileSystem::write_file(&fs, &path, b"both").await.unwrap();
+        assert_eq!(exec_server::FileSystem::read_file(&fs, &path).await.unwrap(), b"both");
+        let missing =
+            exec_server::FileSystem::read_file(&fs, &dir.join("missing")).await.unwrap_err();
+        assert!(missing.is_not_found(), "{dialect:?}: {missing}");
+        let params = StartParams::new("p", ["sh", "-c", "printf a; printf b >&2; exit 4"], &dir);
+        let mut process = client.start(params).await.unwrap();
+        let (output, status) = process.output_to_end().await.unwrap();
+        assert_eq!((output.len(), status.code), (2, 4), "{dialect:?}");
+        let read = process.read(0).await.unwrap();
+        // Today's numbering counts the exit and the close.
+        let next = if dialect == Dialect::Today { 5 } else { 3 };
+        assert_eq!((read.next_seq, read.closed), (next, true), "{dialect:?}");
+        let _ = Client::close(client);
+    }
+}
