@@ -4,7 +4,7 @@
 
 use std::os::unix::fs::symlink;
 
-use exec_server::{Client, ClientOptions, Dialect, StartParams};
+use exec_server::{ClientOptions, Dialect, StartParams};
 use serde_json::{json, Value};
 
 use crate::binary::Binary;
@@ -249,6 +249,6 @@ async fn our_client_speaks_both_dialects_to_our_server() {
         // Today's numbering counts the exit and the close.
         let next = if dialect == Dialect::Today { 5 } else { 3 };
         assert_eq!((read.next_seq, read.closed), (next, true), "{dialect:?}");
-        let _ = Client::close(client);
+        client.close();
     }
 }
