@@ -84,10 +84,17 @@ fn standard(fd: libc::c_int) -> ManuallyDrop<File> {
     ManuallyDrop::new(unsafe { File::from_raw_fd(fd) })
 }
 
-/// Connects to `path`, starting a daemon there first when asked and nothing answers.
+/// Connects to `path`, starting a daemon there first when asked and nothing
+/// answers; only to a daemon of this user, in a directory no one else controls.
 fn connect(path: &Path, spawn_daemon: bool, daemon_args: Vec<OsString>) -> io::Result<UnixStream> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    if spawn_daemon {
+        crate::listen::private_dir(dir)?;
+    } else if dir.exists() {
+        crate::listen::check_private_dir(dir)?;
+    }
     let error = match UnixStream::connect(path) {
-        Ok(stream) => return Ok(stream),
+        Ok(stream) => return ours(stream, path),
         Err(error) => error,
     };
     let absent = matches!(error.kind(), io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused);
@@ -106,7 +113,7 @@ fn connect(path: &Path, spawn_daemon: bool, daemon_args: Vec<OsString>) -> io::R
         ));
     }
     let log = crate::listen::unix_log_path(path);
-    let mut daemon = start_daemon(path, &log, daemon_args)?;
+    let mut daemon = start_daemon(&log, daemon_args)?;
     let deadline = Instant::now() + DAEMON_START;
     let mut pause = Duration::from_millis(1);
     loop {
@@ -114,7 +121,7 @@ fn connect(path: &Path, spawn_daemon: bool, daemon_args: Vec<OsString>) -> io::R
             Ok(stream) => {
                 // Reaped later by whoever adopts it; this process exits long before.
                 drop(daemon);
-                return Ok(stream);
+                return ours(stream, path);
             }
             Err(error) if Instant::now() >= deadline => {
                 return Err(io::Error::new(
@@ -131,7 +138,7 @@ fn connect(path: &Path, spawn_daemon: bool, daemon_args: Vec<OsString>) -> io::R
         if let Some(status) = daemon.try_wait()? {
             // Another bridge's daemon may have won the lock: it answers soon.
             if let Ok(stream) = UnixStream::connect(path) {
-                return Ok(stream);
+                return ours(stream, path);
             }
             if Instant::now() >= deadline || !status.success() {
                 return Err(io::Error::other(format!(
@@ -146,18 +153,24 @@ fn connect(path: &Path, spawn_daemon: bool, daemon_args: Vec<OsString>) -> io::R
     }
 }
 
+/// `stream` if the daemon behind it runs as this user, else the refusal.
+fn ours(stream: UnixStream, path: &Path) -> io::Result<UnixStream> {
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    match crate::listen::peer_uid(&stream)? {
+        peer if peer == uid => Ok(stream),
+        peer => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("the socket {} is served by uid {peer}, not by this user (uid {uid}); refusing to talk to it", path.display()),
+        )),
+    }
+}
+
 /// Starts `exec-server --listen unix:PATH ...` in a session of its own.
-fn start_daemon(path: &Path, log: &Path, daemon_args: Vec<OsString>) -> io::Result<Child> {
+fn start_daemon(log: &Path, daemon_args: Vec<OsString>) -> io::Result<Child> {
     let exe = std::env::current_exe()
         .map_err(|e| io::Error::new(e.kind(), format!("cannot find this executable: {e}")))?;
-    // The directory is made private by the daemon; the log lives beside the socket.
-    if let Some(dir) = path.parent() {
-        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
-            .create(dir)
-            .map_err(|e| {
-                io::Error::new(e.kind(), format!("cannot create {}: {e}", dir.display()))
-            })?;
-    }
+    // The log lives beside the socket, in the directory checked private above.
     let log_file = crate::listen::private_file(log)
         .map_err(|e| io::Error::new(e.kind(), format!("cannot open {}: {e}", log.display())))?;
     let mut command = Command::new(&exe);

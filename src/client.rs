@@ -466,8 +466,11 @@ async fn handshake(
 /// Whether the `initialize` result is of a server this client can speak to.
 fn check_server(dialect: Dialect, info: &InitializeResult) -> Result<(), Error> {
     match dialect {
+        Dialect::V0 if info.protocol_version.is_empty() => Err(Error::Protocol(
+            "the server's initialize result has no protocolVersion (for a server of today's dialect, set ClientOptions::dialect to Dialect::Today)".into(),
+        )),
         Dialect::V0 if info.protocol_version != PROTOCOL_VERSION => Err(Error::Protocol(format!(
-            "server speaks {:?}, not {PROTOCOL_VERSION}",
+            "server speaks {}, not {PROTOCOL_VERSION}",
             info.protocol_version
         ))),
         Dialect::Today if info.session_id.is_none() => Err(Error::Protocol(

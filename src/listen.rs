@@ -18,7 +18,9 @@ mod handshake;
 mod unix;
 
 pub use self::unix::{bind as bind_unix, UnixSocket};
-pub(crate) use self::unix::{log_path as unix_log_path, private_file};
+pub(crate) use self::unix::{
+    check_private_dir, log_path as unix_log_path, peer_uid, private_dir, private_file,
+};
 
 use std::io;
 use std::net::SocketAddr;
@@ -154,8 +156,10 @@ where
     let (stop, stopped) = watch::channel(false);
     // Each connection's thread holds a sender; all gone means all ended.
     let (done, mut all_done) = mpsc::channel::<()>(1);
-    // Threads of connections and of the sessions they left parked.
+    // Threads of connections and of the sessions they left parked (for the
+    // idle exit), and connections attached (for --max-connections).
     let active = Arc::new(watch::Sender::new(0usize));
+    let attached = Arc::new(watch::Sender::new(0usize));
     let mut active_changed = active.subscribe();
     let mut idle_since: Option<tokio::time::Instant> = None;
     tokio::pin!(shutdown);
@@ -170,10 +174,15 @@ where
         tokio::select! {
             accepted = socket.accept() => match accepted {
                 Ok(accepted) => {
-                    if *active.borrow() >= options.max_connections {
+                    if *attached.borrow() >= options.max_connections {
                         tracing::info!("too many connections; refused one");
-                        if let Accepted::Tcp(stream, _) = &accepted {
-                            let _ = stream.try_write(handshake::BUSY);
+                        match &accepted {
+                            Accepted::Tcp(stream, _) => {
+                                let _ = stream.try_write(handshake::BUSY);
+                            }
+                            Accepted::Unix(stream) => {
+                                let _ = stream.try_write(unix::busy(options.max_connections).as_bytes());
+                            }
                         }
                         continue;
                     }
@@ -186,6 +195,7 @@ where
                         stopped: stopped.clone(),
                         _done: done.clone(),
                         active: ActiveGuard::new(&active),
+                        slot: ActiveGuard::new(&attached),
                     };
                     start_connection(accepted, context);
                 }
@@ -252,7 +262,7 @@ static START_FAILURES: Throttled =
     Throttled::new("cannot start a connection's thread or runtime; answered 503");
 
 /// Counts a connection's thread as active until dropped.
-struct ActiveGuard(Arc<watch::Sender<usize>>);
+pub(crate) struct ActiveGuard(Arc<watch::Sender<usize>>);
 
 impl ActiveGuard {
     fn new(active: &Arc<watch::Sender<usize>>) -> ActiveGuard {
@@ -277,6 +287,8 @@ struct Context {
     stopped: watch::Receiver<bool>,
     _done: mpsc::Sender<()>,
     active: ActiveGuard,
+    /// Counts the connection while attached.
+    slot: ActiveGuard,
 }
 
 /// Starts the connection's thread (it answers 503 itself if its runtime cannot start).
@@ -348,7 +360,8 @@ fn stream_fd(stream: &impl std::os::fd::AsFd) -> io::Result<std::fs::File> {
 }
 
 async fn connection(mut stream: TcpStream, peer: SocketAddr, context: Context) {
-    let Context { options, roots, budget, retained, sessions, stopped, _done, active } = context;
+    let Context { options, roots, budget, retained, sessions, stopped, _done, active, slot } =
+        context;
     let _active = active;
     let _ = stream.set_nodelay(true);
     drop_dead_peers(&stream);
@@ -373,7 +386,7 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, context: Context) {
     let limit = options.config.max_message_bytes;
     let channels = bridge(stream, leftover, limit, budget, options.ping_interval);
     let config = Config { on_eof: OnEof::Kill, ..options.config.clone() };
-    serve_resumable(channels, roots, &config, retained, &sessions, stopping(stopped)).await;
+    serve_resumable(channels, roots, &config, retained, &sessions, slot, stopping(stopped)).await;
     tracing::info!(%peer, "connection's thread done");
 }
 

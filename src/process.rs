@@ -161,6 +161,8 @@ pub(crate) struct ProcessTable {
     spawner: spawner::Spawner,
     /// The connection is ending: anything still starting is killed once started.
     closing: bool,
+    /// A detached session: exited processes are kept past their reservation.
+    holding: bool,
     limits: Limits,
     /// What the processes' retained output costs.
     account: Arc<output::Account>,
@@ -187,6 +189,7 @@ impl ProcessTable {
             starting: VecDeque::new(),
             spawner: spawner::Spawner::default(),
             closing: false,
+            holding: false,
             limits,
             account,
             exited: VecDeque::new(),
@@ -650,6 +653,33 @@ impl ProcessTable {
     }
 
     /// Kills every process group and session (connection end), in one sweep.
+    /// Whether any process is known (running, or exited and still readable).
+    pub(crate) fn has_processes(&self) -> bool {
+        !self.entries.is_empty() || !self.starting.is_empty()
+    }
+
+    /// A blocking sweep (it reads `/proc`) that kills the descendants which
+    /// left the sessions of the running processes: run it, off the loop,
+    /// before [`ProcessTable::kill_all`] when a session ends.
+    pub(crate) fn escaped_killer(&self) -> impl FnOnce() -> usize + Send + 'static {
+        let leaders: Vec<u32> =
+            self.entries.values().filter(|e| e.is_running()).map(|e| e.pid).collect();
+        move || tree::kill_escaped(&leaders)
+    }
+
+    /// While held (a detached session), exited processes are not forgotten
+    /// when their id reservation passes: the client has not been told yet.
+    /// Released, what is due is forgotten now.
+    pub(crate) fn hold_exited(&mut self, hold: bool, now: Instant, out: &mut Vec<String>) {
+        self.holding = hold;
+        if !hold {
+            let ids: Vec<String> = self.entries.keys().cloned().collect();
+            for id in ids {
+                self.settle(&id, now, out);
+            }
+        }
+    }
+
     pub(crate) fn kill_all(&mut self) {
         self.closing = true;
         let sessions: Vec<Session> =
@@ -708,7 +738,7 @@ impl ProcessTable {
         if settled.reported_exit {
             self.wake(serial, out);
         }
-        if settled.forgettable {
+        if settled.forgettable && !self.holding {
             tracing::debug!(%id, "forgotten");
             self.ids.remove(&serial);
             if let Some(entry) = self.entries.remove(id) {

@@ -177,16 +177,21 @@ where
 /// connection goes and waits, parked, to be resumed; or the connection resumes
 /// another session and hands itself over. Returns when this thread has nothing
 /// left to drive (its session ended, or its link was handed over and is done).
-pub(crate) async fn serve_resumable<S>(
+///
+/// `slot` counts the connection against `--max-connections`: it is dropped
+/// while the session waits detached (a resuming connection holds its own).
+pub(crate) async fn serve_resumable<S, G>(
     channels: Channels,
     roots: Arc<Roots>,
     config: &Config,
     retained: Arc<crate::process::Account>,
     sessions: &Arc<Sessions>,
+    slot: G,
     shutdown: S,
 ) where
     S: Future<Output = ()>,
 {
+    let mut slot = Some(slot);
     let mut session = Session::new(roots, config, retained, Some(sessions));
     tokio::pin!(shutdown);
     let mut link = Link::new(channels);
@@ -198,10 +203,13 @@ pub(crate) async fn serve_resumable<S>(
                 }
                 return;
             }
-            Ended::Detached => match park::park(&mut session, &mut shutdown).await {
-                Some(handoff) => link = session.resumed(handoff),
-                None => return,
-            },
+            Ended::Detached => {
+                slot.take();
+                match park::park(&mut session, &mut shutdown).await {
+                    Some(handoff) => link = session.resumed(handoff),
+                    None => return,
+                }
+            }
             Ended::Resume { wake, mut handoff } => {
                 // This thread's runtime drives the link's tasks: it stays until the link is done.
                 let (keep_alive, done) = oneshot::channel();

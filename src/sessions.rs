@@ -54,8 +54,10 @@ impl ClaimError {
 }
 
 enum Slot<L> {
-    Attached,
-    Detached { wake: oneshot::Sender<Wake<L>>, order: u64 },
+    /// `kick` closes its connection (a resume with `takeover`).
+    Attached { kick: Option<oneshot::Sender<()>> },
+    /// `busy`: it has processes (sessions without any are evicted first).
+    Detached { wake: oneshot::Sender<Wake<L>>, order: u64, busy: bool },
 }
 
 struct Inner<L> {
@@ -88,32 +90,32 @@ impl<L> Registry<L> {
     /// A new session, attached; it leaves the registry when the guard drops.
     pub(crate) fn register(self: &Arc<Self>) -> Registration<L> {
         let id: Arc<str> = new_id().into();
-        self.lock().slots.insert(id.clone(), Slot::Attached);
+        self.lock().slots.insert(id.clone(), Slot::Attached { kick: None });
         Registration { registry: self.clone(), id }
     }
 
-    /// Marks `id` detached, woken through the returned receiver. Beyond
-    /// `max_detached` detached sessions, the oldest other one is told to end.
-    pub(crate) fn detach(&self, id: &Arc<str>) -> oneshot::Receiver<Wake<L>> {
+    /// Marks `id` detached (`busy`: it has processes), woken through the
+    /// returned receiver. Beyond `max_detached` detached sessions, one is told
+    /// to end: the oldest without processes, else the oldest.
+    pub(crate) fn detach(&self, id: &Arc<str>, busy: bool) -> oneshot::Receiver<Wake<L>> {
         let (wake, woken) = oneshot::channel();
         let mut inner = self.lock();
         let order = inner.next_order;
         inner.next_order += 1;
-        inner.slots.insert(id.clone(), Slot::Detached { wake, order });
+        inner.slots.insert(id.clone(), Slot::Detached { wake, order, busy });
         let detached = inner.slots.values().filter(|s| matches!(s, Slot::Detached { .. })).count();
         if detached > self.max_detached {
             let oldest = inner
                 .slots
                 .iter()
                 .filter_map(|(id, slot)| match slot {
-                    Slot::Detached { order, .. } => Some((*order, id.clone())),
-                    Slot::Attached => None,
+                    Slot::Detached { order, busy, .. } => Some((*busy, *order, id.clone())),
+                    Slot::Attached { .. } => None,
                 })
                 .min();
-            if let Some((_, oldest)) = oldest {
-                if let Some(Slot::Detached { wake, .. }) =
-                    inner.slots.insert(oldest.clone(), Slot::Attached)
-                {
+            if let Some((_, _, oldest)) = oldest {
+                // Gone from the registry at once: a resume of it is "unknown" from now on.
+                if let Some(Slot::Detached { wake, .. }) = inner.slots.remove(&oldest) {
                     tracing::warn!(session = %oldest, limit = self.max_detached, "too many detached sessions; ending the oldest");
                     let _ = wake.send(Wake::End);
                 }
@@ -123,30 +125,53 @@ impl<L> Registry<L> {
     }
 
     /// Takes detached session `id` for a resuming connection: it is attached
-    /// from now on, and the caller wakes it with the link.
-    pub(crate) fn claim(&self, id: &str) -> Result<oneshot::Sender<Wake<L>>, ClaimError> {
+    /// from now on, and the caller wakes it with the link. With `takeover`, a
+    /// session still attached has its connection closed (the client knows
+    /// that one is dead); it detaches, and the next claim finds it free.
+    pub(crate) fn claim(
+        &self,
+        id: &str,
+        takeover: bool,
+    ) -> Result<oneshot::Sender<Wake<L>>, ClaimError> {
         let mut inner = self.lock();
         let Some(slot) = inner.slots.get_mut(id) else {
             return Err(ClaimError::Unknown(id.to_owned()));
         };
-        match std::mem::replace(slot, Slot::Attached) {
+        match std::mem::replace(slot, Slot::Attached { kick: None }) {
             Slot::Detached { wake, .. } if !wake.is_closed() => Ok(wake),
             Slot::Detached { .. } => Err(ClaimError::Unknown(id.to_owned())),
-            Slot::Attached => Err(ClaimError::Attached(id.to_owned())),
+            Slot::Attached { kick } => {
+                match kick {
+                    Some(kick) if takeover => {
+                        tracing::info!(session = %id, "a resume takes the session over; closing its connection");
+                        let _ = kick.send(());
+                    }
+                    kick => *slot = Slot::Attached { kick },
+                }
+                Err(ClaimError::Attached(id.to_owned()))
+            }
         }
     }
 
-    /// The ttl of detached session `id` has passed: true (and it is now
-    /// attached to nobody, to end) unless a connection claimed it meanwhile.
+    /// The session is attached to a new connection: the returned receiver
+    /// fires when a resume with `takeover` wants that connection closed.
+    pub(crate) fn attached(&self, id: &str) -> oneshot::Receiver<()> {
+        let (kick, kicked) = oneshot::channel();
+        if let Some(slot @ Slot::Attached { .. }) = self.lock().slots.get_mut(id) {
+            *slot = Slot::Attached { kick: Some(kick) };
+        }
+        kicked
+    }
+
+    /// The ttl of detached session `id` has passed: true (and it is gone from
+    /// the registry, to end) unless a connection claimed it meanwhile.
     pub(crate) fn expire(&self, id: &str) -> bool {
         let mut inner = self.lock();
-        match inner.slots.get_mut(id) {
-            Some(slot @ Slot::Detached { .. }) => {
-                *slot = Slot::Attached;
-                true
-            }
-            _ => false,
+        if matches!(inner.slots.get(id), Some(Slot::Detached { .. })) {
+            inner.slots.remove(id);
+            return true;
         }
+        false
     }
 }
 
@@ -219,19 +244,33 @@ mod tests {
         let registry = Arc::new(Registry::<u32>::new(DEFAULT_SESSION_TTL, 1));
         let first = registry.register();
         let id = first.id().clone();
-        assert_eq!(registry.claim(&id).err(), Some(ClaimError::Attached(id.to_string())));
-        assert_eq!(registry.claim("nope").err(), Some(ClaimError::Unknown("nope".into())));
-        let mut woken = registry.detach(&id);
-        let wake = registry.claim(&id).map_err(|_| "claim failed");
+        assert_eq!(registry.claim(&id, false).err(), Some(ClaimError::Attached(id.to_string())));
+        assert_eq!(registry.claim("nope", false).err(), Some(ClaimError::Unknown("nope".into())));
+        // A takeover closes the attached connection (and still says attached).
+        let mut kicked = registry.attached(&id);
+        assert!(registry.claim(&id, false).is_err() && kicked.try_recv().is_err());
+        assert_eq!(registry.claim(&id, true).err(), Some(ClaimError::Attached(id.to_string())));
+        assert!(kicked.try_recv().is_ok());
+        let mut woken = registry.detach(&id, true);
+        let wake = registry.claim(&id, false).map_err(|_| "claim failed");
         assert!(!registry.expire(&id), "a claimed session does not expire");
         assert!(wake.is_ok_and(|wake| wake.send(Wake::Resume(7)).is_ok()));
         assert!(matches!(woken.try_recv(), Ok(Wake::Resume(7))));
-        // Two detached sessions with room for one: the older is told to end.
+        // Two detached sessions with room for one: the older is told to end,
+        // unless the newer has no processes.
         let second = registry.register();
-        let mut first_woken = registry.detach(&id);
-        let _second_woken = registry.detach(second.id());
+        let mut first_woken = registry.detach(&id, true);
+        let mut second_woken = registry.detach(second.id(), false);
+        assert!(matches!(second_woken.try_recv(), Ok(Wake::End)));
+        assert!(first_woken.try_recv().is_err());
+        let _second_woken = registry.detach(second.id(), true);
         assert!(matches!(first_woken.try_recv(), Ok(Wake::End)));
+        assert_eq!(registry.claim(&id, false).err(), Some(ClaimError::Unknown(id.to_string())));
         assert!(registry.expire(second.id()));
+        assert_eq!(
+            registry.claim(second.id(), false).err(),
+            Some(ClaimError::Unknown(second.id().to_string()))
+        );
         drop((first, second));
         assert!(registry.lock().slots.is_empty());
     }

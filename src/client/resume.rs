@@ -199,7 +199,8 @@ impl Supervisor {
         let mut pause = FIRST_PAUSE;
         let mut last = String::from("no attempt finished");
         while Instant::now() < deadline {
-            let params = InitializeParams::new(self.client_name.clone()).resume(session);
+            // This client's old connection is dead, whatever the server thinks.
+            let params = InitializeParams::new(self.client_name.clone()).resume(session).takeover();
             let attempt = open(&self.connector, &self.shared, params);
             match tokio::time::timeout(ATTEMPT_TIMEOUT, attempt).await {
                 Ok(Ok((connection, info))) => {

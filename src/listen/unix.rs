@@ -27,13 +27,18 @@ pub struct UnixSocket {
     /// The listening socket.
     pub listener: UnixListener,
     path: PathBuf,
+    /// The socket file's device and inode, so only ours is removed.
+    inode: (u64, u64),
     _lock: File,
 }
 
 impl Drop for UnixSocket {
     fn drop(&mut self) {
-        // Still ours: the lock is held until after this.
-        let _ = std::fs::remove_file(&self.path);
+        let ours = std::fs::symlink_metadata(&self.path)
+            .is_ok_and(|meta| (meta.dev(), meta.ino()) == self.inode);
+        if ours {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -61,8 +66,14 @@ pub fn bind(path: &Path) -> io::Result<UnixSocket> {
         ));
     }
     match std::fs::symlink_metadata(path) {
-        // Left by a daemon that is gone (we hold the lock): replace it.
+        // Left by a daemon that is gone (we hold the lock, and nothing answers): replace it.
         Ok(meta) if std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()) => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("another exec-server already listens on {}", path.display()),
+                ));
+            }
             std::fs::remove_file(path).map_err(|e| named(e, "cannot remove the stale socket"))?;
         }
         Ok(_) => {
@@ -77,65 +88,74 @@ pub fn bind(path: &Path) -> io::Result<UnixSocket> {
     let listener = UnixListener::bind(path).map_err(|e| named(e, "cannot listen on"))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| named(e, "cannot restrict the mode of"))?;
-    Ok(UnixSocket { listener, path: path.to_owned(), _lock: lock })
+    let meta = std::fs::symlink_metadata(path).map_err(|e| named(e, "cannot inspect"))?;
+    let inode = (meta.dev(), meta.ino());
+    Ok(UnixSocket { listener, path: path.to_owned(), inode, _lock: lock })
 }
 
-/// Creates `dir` (mode 0700) when missing; refuses one that another user
-/// owns or that others may enter.
-fn private_dir(dir: &Path) -> io::Result<()> {
-    match std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(error) => {
-            return Err(io::Error::new(
-                error.kind(),
-                format!("cannot create the socket's directory {}: {error}", dir.display()),
-            ))
-        }
+/// Creates `dir` (mode 0700) when missing, then checks it ([`check_private_dir`]).
+pub(crate) fn private_dir(dir: &Path) -> io::Result<()> {
+    if let Err(error) = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+        return Err(io::Error::new(
+            error.kind(),
+            format!("cannot create the socket's directory {}: {error}", dir.display()),
+        ));
     }
-    let meta = std::fs::metadata(dir)?;
+    check_private_dir(dir)
+}
+
+/// The socket's directory must be a directory of this user (not a link to
+/// one) that others may not enter, and no other user may replace it: each
+/// ancestor, as written and with links resolved, belongs to root or to this
+/// user, and is writable by others only when sticky (as /tmp is).
+pub(crate) fn check_private_dir(dir: &Path) -> io::Result<()> {
     // SAFETY: geteuid cannot fail.
     let uid = unsafe { libc::geteuid() };
+    let refuse = |why: String| io::Error::new(io::ErrorKind::PermissionDenied, why);
+    let meta = std::fs::symlink_metadata(dir)?;
+    if !meta.file_type().is_dir() {
+        return Err(refuse(format!(
+            "the socket's directory {} must be a directory, not a link to one",
+            dir.display()
+        )));
+    }
     if meta.uid() != uid || meta.mode() & 0o077 != 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!(
-                "the socket's directory {} must belong to uid {uid} and be private (mode 0700); it is uid {}, mode {:o}",
+        return Err(refuse(format!(
+            "the socket's directory {} must belong to uid {uid} and be private (mode 0700); it is uid {}, mode {:o}",
+            dir.display(),
+            meta.uid(),
+            meta.mode() & 0o7777
+        )));
+    }
+    let canonical = std::fs::canonicalize(dir)?;
+    for ancestor in dir.ancestors().skip(1).chain(canonical.ancestors().skip(1)) {
+        let Ok(meta) = std::fs::symlink_metadata(ancestor) else { continue };
+        let owner_ok = meta.uid() == 0 || meta.uid() == uid;
+        let open_to_others = !meta.file_type().is_symlink()
+            && meta.mode() & 0o022 != 0
+            && meta.mode() & libc::S_ISVTX == 0;
+        if !owner_ok || open_to_others {
+            return Err(refuse(format!(
+                "the socket's directory {} lies in {}, which another user could change (uid {}, mode {:o})",
                 dir.display(),
+                ancestor.display(),
                 meta.uid(),
                 meta.mode() & 0o7777
-            ),
-        ));
+            )));
+        }
     }
     Ok(())
 }
 
-/// `path` with `suffix` appended to its file name.
-fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(suffix);
-    PathBuf::from(name)
-}
-
-/// Where a daemon started by `--spawn-daemon` writes its log.
-pub(crate) fn log_path(path: &Path) -> PathBuf {
-    with_suffix(path, ".log")
-}
-
-/// Opens `path` for appending, creating it with mode 0600.
-pub(crate) fn private_file(path: &Path) -> io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path)
-}
-
-/// The uid of the process at the other end of `stream`.
-fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
+/// The uid of the process at the other end of a Unix socket.
+pub(crate) fn peer_uid(fd: &impl AsRawFd) -> io::Result<u32> {
     // SAFETY: ucred is plain data, filled in by getsockopt.
     let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: SO_PEERCRED writes at most `len` bytes into `cred`.
     let rc = unsafe {
         libc::getsockopt(
-            stream.as_raw_fd(),
+            fd.as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_PEERCRED,
             std::ptr::addr_of_mut!(cred).cast(),
@@ -148,9 +168,60 @@ fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
     Ok(cred.uid)
 }
 
+/// Where a daemon started by `--spawn-daemon` writes its log.
+pub(crate) fn log_path(path: &Path) -> PathBuf {
+    with_suffix(path, ".log")
+}
+
+/// Opens `path` for appending, creating it with mode 0600, never through a symlink.
+pub(crate) fn private_file(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
+/// The line a connection beyond `--max-connections` gets before the close.
+pub(super) fn busy(limit: usize) -> String {
+    refusal(format!(
+        "too many connections: this server serves at most {limit} at once (--max-connections)"
+    ))
+}
+
+/// Writes `line`, ends the output, and reads (for at most a second) what
+/// the peer had sent: closing with unread input would reset the connection
+/// and lose the line.
+async fn refuse(mut stream: UnixStream, line: &str) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = stream.write_all(line.as_bytes()).await;
+    let _ = stream.shutdown().await;
+    let drain = async {
+        let mut sink = [0u8; 4096];
+        let mut left: usize = 64 * 1024;
+        while left > 0 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(read) => left = left.saturating_sub(read),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), drain).await;
+}
+
+/// An error line with id -1 (-32600), for a connection refused before it is served.
+fn refusal(message: String) -> String {
+    let error = crate::protocol::ErrorObject::invalid_request(message);
+    let id = crate::protocol::RequestId::from(-1);
+    let line = crate::protocol::encode_response::<crate::protocol::Empty>(&id, &Err(error));
+    format!("{line}\n")
+}
+
 /// Serves one Unix-socket connection (on its own thread's runtime).
 pub(super) async fn connection(stream: UnixStream, context: Context) {
-    let Context { options, roots, retained, sessions, stopped, _done, active, .. } = context;
+    let Context { options, roots, retained, sessions, stopped, _done, active, slot, .. } = context;
     let _active = active;
     // SAFETY: geteuid cannot fail.
     let uid = unsafe { libc::geteuid() };
@@ -159,16 +230,10 @@ pub(super) async fn connection(stream: UnixStream, context: Context) {
         Ok(peer) => {
             tracing::warn!(peer, uid, "refused a connection from another user");
             // Nothing of the session machinery is touched: one line, then the close.
-            let refusal = crate::protocol::encode_response::<crate::protocol::Empty>(
-                &crate::protocol::RequestId::from(-1),
-                &Err(crate::protocol::ErrorObject::invalid_request(format!(
-                    "connection refused: the peer runs as uid {peer}, and this server serves only uid {uid}"
-                ))),
-            );
-            let mut stream = stream;
-            let _ =
-                tokio::io::AsyncWriteExt::write_all(&mut stream, format!("{refusal}\n").as_bytes())
-                    .await;
+            let refusal = refusal(format!(
+                "connection refused: the peer runs as uid {peer}, and this server serves only uid {uid}"
+            ));
+            refuse(stream, &refusal).await;
             return;
         }
         Err(error) => {
@@ -186,6 +251,13 @@ pub(super) async fn connection(stream: UnixStream, context: Context) {
     let (outgoing, writer) = transport::spawn_writer(write_half);
     let channels = Channels { incoming, outgoing, reader, writer, input_ended };
     let config = Config { on_eof: OnEof::Kill, ..options.config.clone() };
-    serve_resumable(channels, roots, &config, retained, &sessions, stopping(stopped)).await;
+    serve_resumable(channels, roots, &config, retained, &sessions, slot, stopping(stopped)).await;
     tracing::info!("connection's thread done");
+}
+
+/// `path` with `suffix` appended to its file name.
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
 }

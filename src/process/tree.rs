@@ -107,6 +107,31 @@ pub(crate) fn signal_sessions(sessions: &[Session], signals: &[Signal]) -> usize
     signalled
 }
 
+/// SIGKILLs every process that left the sessions of `leaders` (it called
+/// `setsid`) but still descends from one of them; returns how many. Called
+/// before the leaders are killed, while the family tree still shows who
+/// started whom. Runs off the server loop (it reads `/proc`).
+pub(crate) fn kill_escaped(leaders: &[u32]) -> usize {
+    if leaders.is_empty() {
+        return 0;
+    }
+    until_none_left(|| {
+        let mut killed = 0;
+        for pid in all_pids() {
+            if leaders.contains(&pid) {
+                continue;
+            }
+            let escaped = |stat: Stat| {
+                !leaders.contains(&stat.sid) && leaders.iter().any(|&l| descends_from(stat, l))
+            };
+            if signal_if(pid, &[Signal::KILL], escaped) {
+                killed += 1;
+            }
+        }
+        killed
+    })
+}
+
 /// The session id of `pid` (one syscall, no file: the cheap filter before a check).
 pub(crate) fn session_of(pid: u32) -> Option<u32> {
     // SAFETY: getsid has no memory-safety preconditions.

@@ -9,12 +9,23 @@ use super::Base64;
 impl InitializeParams {
     /// `initialize` from `client_name`.
     pub fn new(client_name: impl Into<String>) -> InitializeParams {
-        InitializeParams { client_name: client_name.into(), resume_session_id: None }
+        InitializeParams {
+            client_name: client_name.into(),
+            resume_session_id: None,
+            takeover: false,
+        }
     }
 
     /// Reattach the detached session `session_id` instead of starting a new one.
     pub fn resume(mut self, session_id: impl Into<String>) -> InitializeParams {
         self.resume_session_id = Some(session_id.into());
+        self
+    }
+
+    /// With [`InitializeParams::resume`]: close the session's connection if
+    /// it is still attached (this client knows it is dead).
+    pub fn takeover(mut self) -> InitializeParams {
+        self.takeover = true;
         self
     }
 }

@@ -150,6 +150,11 @@ pub struct InitializeParams {
     /// Reattach this detached session instead of starting a new one (Part B, Sessions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_session_id: Option<String>,
+    /// With `resumeSessionId`: when the session is still attached to another
+    /// connection (one this client knows is dead), close that connection; the
+    /// answer is still -32010, and a retry a moment later resumes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub takeover: bool,
 }
 
 /// `initialize` result.

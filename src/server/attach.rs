@@ -37,8 +37,12 @@ where
     let mut drain_deadline: Option<Instant> = None;
     // The connection went while the session can live on without it.
     let mut detaching = false;
+    // The input ended: detach once what was asked before is answered.
+    let mut detach_when_quiet = false;
     // An `initialize` that resumes another session, which takes the link over.
     let mut claimed = None;
+    // Fires when a resume with `takeover` wants this connection closed.
+    let mut kicked = registration.as_ref().map(|r| r.registry().attached(r.id()));
     loop {
         let timer = state.table.next_deadline();
         let room = link.outbox.has_room();
@@ -55,7 +59,12 @@ where
                     tracing::debug!("input ended");
                     input_open = false;
                     if session_live(registration, state) {
-                        detaching = true;
+                        // What was sent before the end is answered first (a
+                        // bridge half-closes after the last line), then the
+                        // session detaches; a client that stops reading
+                        // cannot hold it beyond the linger.
+                        detach_when_quiet = true;
+                        drain_deadline = Some(Instant::now() + EOF_LINGER);
                     } else if config.on_eof == OnEof::Kill {
                         state.table.kill_all();
                         drain_deadline = Some(Instant::now() + KILL_DRAIN);
@@ -69,9 +78,11 @@ where
             ended = &mut link.input_ended, if input_open && !take_input && !link.ending_seen => {
                 link.ending_seen = true;
                 if ended.is_ok() && session_live(registration, state) {
-                    tracing::debug!("input ended while replies wait; detaching");
-                    input_open = false;
-                    detaching = true;
+                    // The lines before the end are still answered; the
+                    // session detaches once they are, or at the linger.
+                    tracing::debug!("input ended while replies wait");
+                    detach_when_quiet = true;
+                    drain_deadline.get_or_insert(Instant::now() + EOF_LINGER);
                 } else if ended.is_ok() && config.on_eof == OnEof::Kill {
                     tracing::debug!("input ended while replies wait; killing the processes");
                     state.table.kill_all();
@@ -106,17 +117,37 @@ where
                 let live = session_live(registration, state);
                 detaching |= output_gone(&mut link.outbox, live, &mut state.table, &mut drain_deadline);
             }
+            kick = async {
+                match kicked.as_mut() {
+                    Some(kicked) => kicked.await,
+                    None => std::future::pending().await,
+                }
+            }, if kicked.is_some() => {
+                kicked = None;
+                if kick.is_ok() {
+                    tracing::info!("another connection took the session over; closing this one");
+                    input_open = false;
+                    let live = session_live(registration, state);
+                    detaching |= output_gone(&mut link.outbox, live, &mut state.table, &mut drain_deadline);
+                }
+            }
             () = sleep_until(timer.unwrap_or_else(Instant::now)), if timer.is_some() => {
                 state.table.on_timers(Instant::now(), &mut out);
             }
-            () = shutdown.as_mut(), if drain_deadline.is_none() => {
+            () = shutdown.as_mut(), if drain_deadline.is_none() || detach_when_quiet => {
                 tracing::info!("shutting down on request");
                 input_open = false;
                 detaching = false;
+                detach_when_quiet = false;
                 state.table.kill_all();
                 drain_deadline = Some(Instant::now() + KILL_DRAIN);
             }
             () = sleep_until(drain_deadline.unwrap_or_else(Instant::now)), if drain_deadline.is_some() => {
+                if detach_when_quiet {
+                    tracing::info!("requests still busy after the input ended; detaching");
+                    detaching = true;
+                    break;
+                }
                 tracing::warn!("processes or fs calls still busy after the connection ended; closing");
                 break;
             }
@@ -124,6 +155,9 @@ where
         link.outbox.extend(&mut out);
         if let Some((wake, request, session_id)) = claimed.take() {
             return Ended::Resume { wake, handoff: Handoff { link, request, session_id } };
+        }
+        if detach_when_quiet && !input_open && state.is_quiet() && !link.outbox.has_lines() {
+            detaching = true;
         }
         if detaching {
             break;

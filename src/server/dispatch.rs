@@ -97,6 +97,12 @@ impl State {
         &self.session_id
     }
 
+    /// Nothing the client asked is still under way: no start, no request
+    /// waiting behind one, no fs call.
+    pub(super) fn is_quiet(&self) -> bool {
+        !self.table.is_starting() && self.waiting.is_empty() && self.fs.is_idle()
+    }
+
     /// Whether the client has been told this session's id.
     pub(super) fn initialized(&self) -> bool {
         self.phase != Phase::New
@@ -389,7 +395,7 @@ impl State {
         tracing::info!(client = %params.client_name, "initialize");
         if let Some(resume) = params.resume_session_id {
             let claimed = match &self.sessions {
-                Some(sessions) => sessions.claim(&resume),
+                Some(sessions) => sessions.claim(&resume, params.takeover),
                 // Over stdio a session ends with its connection: nothing to resume.
                 None => Err(ClaimError::Unknown(resume.clone())),
             };

@@ -22,10 +22,12 @@ where
     let registration = registration.as_ref()?;
     let registry = registration.registry().clone();
     let id = registration.id().clone();
-    let mut woken = registry.detach(&id);
+    let mut woken = registry.detach(&id, state.table.has_processes());
     let mut expiry = Some(Instant::now() + registry.ttl);
     // Notifications go nowhere; the client catches up with process/read.
     let mut out = Vec::new();
+    // Nobody has been told of the exits yet: keep them readable.
+    state.table.hold_exited(true, Instant::now(), &mut out);
     loop {
         let timer = state.table.next_deadline();
         tokio::select! {
@@ -55,6 +57,12 @@ where
             () = shutdown.as_mut() => break,
         }
         out.clear();
+    }
+    // Descendants that left their sessions first, while their parents still
+    // show where they came from.
+    let escaped = tokio::task::spawn_blocking(state.table.escaped_killer()).await;
+    if let Some(count) = escaped.ok().filter(|&count| count > 0) {
+        tracing::debug!(count, "killed descendants that had left their sessions");
     }
     state.table.kill_all();
     let deadline = Instant::now() + KILL_DRAIN;

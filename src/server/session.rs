@@ -57,8 +57,9 @@ impl Session {
     /// its `initialize` queued first.
     pub(super) fn resumed(&mut self, handoff: Handoff) -> Link {
         let Handoff { mut link, request, .. } = handoff;
-        let reply = self.state.resume(&request);
-        link.outbox.extend(&mut vec![reply]);
+        let mut lines = vec![self.state.resume(&request)];
+        self.state.table.hold_exited(false, tokio::time::Instant::now(), &mut lines);
+        link.outbox.extend(&mut lines);
         link
     }
 }

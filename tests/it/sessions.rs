@@ -337,20 +337,44 @@ async fn a_daemon_refuses_another_user_and_a_public_directory() {
     std::fs::set_permissions(path.parent().unwrap(), std::fs::Permissions::from_mode(0o711))
         .unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
-    let url = format!("unix:{}", path.display());
-    let mut command = tokio::process::Command::new("setpriv");
-    command.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", BIN, "--connect", &url]);
-    let mut nobody = Binary::from_command(command);
-    nobody.send_line(r#"{"id":1,"method":"initialize","params":{"clientName":"intruder"}}"#).await;
-    let uid = 65534; // nobody
-    assert_eq!(
-        nobody.next().await,
-        Some(
-            json!({"id": -1, "error": {"code": -32600, "message": format!("connection refused: the peer runs as uid {uid}, and this server serves only uid 0")}})
-        )
+    // A raw connection as nobody: the daemon answers one refusal line and closes.
+    let connect = format!(
+        "import socket; s = socket.socket(socket.AF_UNIX); s.connect({path:?}); s.sendall(b'{{}}\\n'); print(s.makefile().read(), end='')",
+        path = path.display().to_string()
     );
-    assert_eq!(nobody.next().await, None, "another user got more than the refusal");
-    nobody.exit_code().await;
+    let raw = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            &connect,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&raw.stdout),
+        "{\"id\":-1,\"error\":{\"code\":-32600,\"message\":\"connection refused: the peer runs as uid 65534, and this server serves only uid 0\"}}\n",
+        "{}",
+        String::from_utf8_lossy(&raw.stderr)
+    );
+    // nobody's bridge refuses, for its part, a socket in a directory it does not own.
+    let url = format!("unix:{}", path.display());
+    let bridge = std::process::Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", BIN, "--connect", &url])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(bridge.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&bridge.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "the socket's directory {} must belong to uid 65534",
+            path.parent().unwrap().display()
+        )),
+        "{stderr}"
+    );
     // A directory others may enter is refused at start.
     let public = scratch("daemon-public");
     std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o755)).unwrap();
