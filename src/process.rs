@@ -163,6 +163,9 @@ pub(crate) struct ProcessTable {
     closing: bool,
     /// A detached session: exited processes are kept past their reservation.
     holding: bool,
+    /// When the last hold ended: from then, held processes get their
+    /// reservation again, for the client that resumed to read them.
+    released: Option<Instant>,
     limits: Limits,
     /// What the processes' retained output costs.
     account: Arc<output::Account>,
@@ -190,6 +193,7 @@ impl ProcessTable {
             spawner: spawner::Spawner::default(),
             closing: false,
             holding: false,
+            released: None,
             limits,
             account,
             exited: VecDeque::new(),
@@ -669,13 +673,14 @@ impl ProcessTable {
 
     /// While held (a detached session), exited processes are not forgotten
     /// when their id reservation passes: the client has not been told yet.
-    /// Released, what is due is forgotten now.
-    pub(crate) fn hold_exited(&mut self, hold: bool, now: Instant, out: &mut Vec<String>) {
+    /// Released, each gets a whole reservation again from now.
+    pub(crate) fn hold_exited(&mut self, hold: bool, now: Instant) {
         self.holding = hold;
         if !hold {
-            let ids: Vec<String> = self.entries.keys().cloned().collect();
-            for id in ids {
-                self.settle(&id, now, out);
+            self.released = Some(now);
+            let serials: Vec<u64> = self.entries.values().map(|entry| entry.serial).collect();
+            for serial in serials {
+                self.timers.schedule(now + self.limits.reservation, Timer::Forget(serial));
             }
         }
     }
@@ -738,7 +743,8 @@ impl ProcessTable {
         if settled.reported_exit {
             self.wake(serial, out);
         }
-        if settled.forgettable && !self.holding {
+        let renewed = self.released.is_some_and(|at| now < at + self.limits.reservation);
+        if settled.forgettable && !self.holding && !renewed {
             tracing::debug!(%id, "forgotten");
             self.ids.remove(&serial);
             if let Some(entry) = self.entries.remove(id) {

@@ -27,7 +27,7 @@ where
     // Notifications go nowhere; the client catches up with process/read.
     let mut out = Vec::new();
     // Nobody has been told of the exits yet: keep them readable.
-    state.table.hold_exited(true, Instant::now(), &mut out);
+    state.table.hold_exited(true, Instant::now());
     loop {
         let timer = state.table.next_deadline();
         tokio::select! {

@@ -58,7 +58,7 @@ impl Session {
     pub(super) fn resumed(&mut self, handoff: Handoff) -> Link {
         let Handoff { mut link, request, .. } = handoff;
         let mut lines = vec![self.state.resume(&request)];
-        self.state.table.hold_exited(false, tokio::time::Instant::now(), &mut lines);
+        self.state.table.hold_exited(false, tokio::time::Instant::now());
         link.outbox.extend(&mut lines);
         link
     }

@@ -463,3 +463,197 @@ async fn a_stream_client_and_bridge_start_and_answer_by_hand() {
     assert_eq!(bridge.next().await, None);
     assert_eq!(bridge.exit_code().await, Some(0));
 }
+
+#[tokio::test]
+async fn a_bridge_refuses_a_directory_another_user_controls_and_writes_no_log_there() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        let message = "not root: cannot plant files as another user (run as root; CI does)";
+        assert!(std::env::var_os("CI").is_none(), "{message}");
+        eprintln!("SKIPPED: {message}");
+        return;
+    }
+    let dir = scratch("daemon-planted").join("planted");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // SAFETY: chown of a directory this test created.
+    let c_dir = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::chown(c_dir.as_ptr(), 65534, 65534) }, 0);
+    let victim = scratch("daemon-planted-victim").join("created-by-nobody");
+    std::os::unix::fs::symlink(&victim, dir.join("d.sock.log")).unwrap();
+    let url = format!("unix:{}/d.sock", dir.display());
+    let output = std::process::Command::new(BIN)
+        .args(["--connect", &url, "--spawn-daemon"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("the socket's directory {} must belong to uid 0", dir.display())),
+        "{stderr}"
+    );
+    assert!(!victim.exists(), "the planted log link was followed");
+}
+
+#[tokio::test]
+async fn lines_piped_through_a_bridge_are_all_answered_before_it_detaches() {
+    let path = socket_path("piped");
+    let dir = scratch("daemon-piped-files");
+    let file = dir.join("written");
+    let lines = [
+        json!({"id": 1, "method": "initialize", "params": {"clientName": "pipe"}}),
+        json!({"method": "initialized"}),
+        json!({"id": 2, "method": "fs/writeFile", "params": {"path": file, "dataBase64": b64(b"piped")}}),
+        json!({"id": 3, "method": "process/start", "params": start_params("s", &["sleep", "77"], json!({}))}),
+        json!({"id": 4, "method": "process/list", "params": {}}),
+    ];
+    let mut bridge = bridge(&path, &[]);
+    for line in &lines {
+        bridge.send_line(&line.to_string()).await;
+    }
+    bridge.close_stdin();
+    let mut ids = Vec::new();
+    while let Some(message) = bridge.next().await {
+        assert!(message.get("error").is_none(), "{message}");
+        ids.push(message["id"].as_i64().unwrap());
+    }
+    let _daemon_guard = Daemon(peer_pid(&path));
+    ids.sort();
+    assert_eq!(ids, [1, 2, 3, 4]);
+    assert_eq!(std::fs::read(&file).unwrap(), b"piped");
+}
+
+#[tokio::test]
+async fn a_session_ending_kills_descendants_that_left_its_sessions() {
+    let server = WsServer::start(&["--listen", "ws://127.0.0.1:0", "--session-ttl", "200ms"]).await;
+    let mut peer = WsPeer::connect(&server.url).await;
+    open_session(&mut peer).await;
+    let script = "setsid sleep 1000 & echo $!; wait";
+    let start = json!({"id": 2, "method": "process/start", "params": start_params("tree", &["sh", "-c", script], json!({}))});
+    peer.send_text(&start.to_string()).await;
+    let output =
+        next_matching(&mut peer, "the escaped pid", |m| m["method"] == "process/output").await;
+    let escaped: u32 =
+        String::from_utf8(unb64(&output["params"]["chunk"])).unwrap().trim().parse().unwrap();
+    cut(&peer);
+    wait_dead(escaped).await;
+}
+
+#[tokio::test]
+async fn a_resume_with_takeover_closes_a_dead_connection_still_attached() {
+    let server = WsServer::start(&["--listen", "ws://127.0.0.1:0"]).await;
+    let mut stale = WsPeer::connect(&server.url).await;
+    let session = open_session(&mut stale).await;
+    // `stale` stays open (a link that died without the server noticing).
+    let mut fresh = WsPeer::connect(&server.url).await;
+    let takeover = json!({"id": 1, "method": "initialize", "params": {"clientName": "again", "resumeSessionId": session, "takeover": true}});
+    fresh.send_text(&takeover.to_string()).await;
+    assert_eq!(fresh.next().await.unwrap()["error"]["code"], -32010);
+    // The stale connection is closed by the server...
+    assert_eq!(stale.next().await, None);
+    // ...and a retry resumes.
+    let reply = loop {
+        let mut retry = WsPeer::connect(&server.url).await;
+        let reply = initialize(&mut retry, Some(&session)).await;
+        if reply["error"]["code"] != -32010 {
+            break reply;
+        }
+    };
+    assert_eq!(reply["result"]["sessionId"], json!(session));
+}
+
+#[tokio::test]
+async fn detached_sessions_leave_room_for_connections_and_second_daemons_find_the_live_socket() {
+    let path = socket_path("room");
+    let url = format!("unix:{}", path.display());
+    let mut first = bridge(&path, &["--max-connections", "1"]);
+    let session =
+        first.result("initialize", json!({"clientName": "room"})).await["sessionId"].clone();
+    let _daemon = Daemon(peer_pid(&path));
+    first.send_line(r#"{"method":"initialized"}"#).await;
+    first.call("process/start", start_params("s", &["sleep", "100"], json!({}))).await;
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+    // With one connection allowed, the detached session does not hold it.
+    let reply = loop {
+        let mut next = bridge(&path, &[]);
+        let reply = next
+            .call("initialize", json!({"clientName": "room", "resumeSessionId": session}))
+            .await;
+        if reply["error"]["code"] != -32010 {
+            break reply;
+        }
+    };
+    assert_eq!(reply["result"]["sessionId"], session);
+    // A lock file gone (a cleaner) does not let a second daemon steal the socket.
+    std::fs::remove_file(format!("{}.lock", path.display())).unwrap();
+    let second = std::process::Command::new(BIN)
+        .args(["--listen", &url])
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        stderr.contains(&format!("another exec-server already listens on {}", path.display())),
+        "{stderr}"
+    );
+    assert!(path.exists());
+}
+
+#[tokio::test]
+async fn an_exit_while_detached_stays_readable_past_the_id_reservation() {
+    use exec_server::server::{self, Config, ListenOptions};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    // Ids of closed processes are forgotten after 300 ms, when nobody holds them.
+    let reservation = std::time::Duration::from_millis(300);
+    let config = Config { id_reservation: reservation, ..Config::default() };
+    let options = ListenOptions { config, ..ListenOptions::default() };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let listening = tokio::spawn(server::listen(listener, options, async {
+        let _ = stopped.await;
+    }));
+    let mut peer = WsPeer::connect(&url).await;
+    let session = open_session(&mut peer).await;
+    let start = json!({"id": 2, "method": "process/start", "params": start_params("p", &["sh", "-c", "read x; echo late; exit 7"], json!({"pipeStdin": true}))});
+    peer.send_text(&start.to_string()).await;
+    next_matching(&mut peer, "the start", |m| m["id"] == 2).await;
+    peer.send_text(r#"{"id":3,"method":"process/list","params":{}}"#).await;
+    let pid = next_matching(&mut peer, "the list", |m| m["id"] == 3).await["result"]["processes"][0]
+        ["pid"]
+        .as_u64()
+        .unwrap() as u32;
+    // Detached, the process gets its input (from a write sent just before the cut) and exits.
+    let write = json!({"id": 4, "method": "process/write", "params": {"processId": "p", "chunk": b64(b"go\n"), "closeStdin": true}});
+    peer.send_text(&write.to_string()).await;
+    next_matching(&mut peer, "the write", |m| m["id"] == 4).await;
+    cut(&peer);
+    wait_dead(pid).await;
+    // Not a synchronisation: the reservation must have passed while detached.
+    tokio::time::sleep(reservation * 2).await;
+    let mut back = loop {
+        let mut back = WsPeer::connect(&url).await;
+        if initialize(&mut back, Some(&session)).await["error"]["code"] != -32010 {
+            break back;
+        }
+    };
+    back.send_text(r#"{"method":"initialized"}"#).await;
+    let read = json!({"id": 5, "method": "process/read", "params": {"processId": "p", "afterSeq": 0, "waitMs": 10000}});
+    let result = loop {
+        back.send_text(&read.to_string()).await;
+        let reply = next_matching(&mut back, "the read", |m| m["id"] == 5).await;
+        assert!(reply.get("error").is_none(), "the exited process was forgotten: {reply}");
+        if reply["result"]["exited"] == true {
+            break reply["result"].clone();
+        }
+    };
+    assert_eq!(
+        (unb64(&result["chunks"][0]["chunk"]), result["exitCode"].clone()),
+        (b"late\n".to_vec(), json!(7))
+    );
+    drop(back);
+    let _ = stop.send(());
+    crate::support::within("the listener to stop", listening).await.unwrap().unwrap();
+}
