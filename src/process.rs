@@ -398,6 +398,9 @@ impl ProcessTable {
         params: WriteParams,
     ) -> Result<WriteResult, (Option<WriteStatus>, ErrorObject)> {
         let id = &params.process_id;
+        if id.len() > MAX_PROCESS_ID_BYTES {
+            return Err((None, too_long_id(id)));
+        }
         if let Some(write_id) = &params.write_id {
             write_ids::WriteIds::check(write_id, id).map_err(|e| (None, e))?;
         }

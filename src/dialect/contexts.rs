@@ -31,15 +31,25 @@ pub(crate) enum Confinement {
 }
 
 impl Confinement {
-    /// As this server's `sandbox` param of process/start (None: no sandbox).
-    pub(crate) fn to_sandbox(&self) -> Option<Value> {
+    /// As this server's `sandbox` param of process/start (None: no sandbox);
+    /// a root that is not UTF-8 cannot be written there and is refused.
+    pub(crate) fn to_sandbox(&self) -> Result<Option<Value>, ErrorObject> {
         match self {
-            Confinement::None => None,
-            Confinement::Restricted { writable, network } => Some(json!({
-                "mode": "restricted",
-                "writableRoots": writable,
-                "network": network,
-            })),
+            Confinement::None => Ok(None),
+            Confinement::Restricted { writable, network } => {
+                let roots = writable
+                    .iter()
+                    .map(|root| {
+                        root.to_str().map(str::to_owned).ok_or_else(|| {
+                            ErrorObject::invalid_params(format!(
+                                "invalid params for process/start: sandbox root {} is not UTF-8",
+                                root.display()
+                            ))
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(Some(json!({"mode": "restricted", "writableRoots": roots, "network": network})))
+            }
         }
     }
 }

@@ -15,6 +15,15 @@ use serde_json::Value;
 
 use crate::protocol::ErrorObject;
 
+/// Patterns per list, and bytes per pattern: matching costs their product
+/// with the name, and all of it runs on the connection's loop.
+const MAX_PATTERNS: usize = 64;
+const MAX_PATTERN_BYTES: usize = 256;
+/// The longest variable name a pattern is matched against (longer ones never match).
+const MAX_MATCHED_NAME: usize = 4096;
+/// Matching steps one policy may take (about 50 ms): a policy built to be
+/// slow is refused instead of holding the connection's loop.
+const MATCH_BUDGET: u64 = 50_000_000;
 const CORE: [&str; 9] =
     ["HOME", "LOGNAME", "PATH", "SHELL", "TMPDIR", "TEMP", "TMP", "USER", "USERNAME"];
 const DEFAULT_EXCLUDES: [&str; 3] = ["*KEY*", "*SECRET*", "*TOKEN*"];
@@ -52,36 +61,64 @@ pub(crate) fn apply(
     let policy: EnvPolicy = serde_json::from_value(policy).map_err(|e| {
         ErrorObject::invalid_params(format!("invalid params for process/start: envPolicy: {e}"))
     })?;
+    for (name, list) in [("exclude", &policy.exclude), ("includeOnly", &policy.include_only)] {
+        if list.len() > MAX_PATTERNS || list.iter().any(|p| p.len() > MAX_PATTERN_BYTES) {
+            return Err(ErrorObject::invalid_params(format!(
+                "invalid params for process/start: envPolicy.{name} takes at most {MAX_PATTERNS} patterns of at most {MAX_PATTERN_BYTES} bytes"
+            )));
+        }
+    }
     let mut built: BTreeMap<String, String> = match policy.inherit {
         Inherit::All => server_env.collect(),
         Inherit::Core => server_env.filter(|(name, _)| CORE.contains(&name.as_str())).collect(),
         Inherit::None => BTreeMap::new(),
     };
+    let mut budget = MATCH_BUDGET;
+    let mut any =
+        |patterns: &[&str], name: &str| patterns.iter().any(|p| matches(p, name, &mut budget));
     if !policy.ignore_default_excludes {
-        built.retain(|name, _| !DEFAULT_EXCLUDES.iter().any(|p| matches(p, name)));
+        built.retain(|name, _| !any(&DEFAULT_EXCLUDES, name));
     }
-    built.retain(|name, _| !policy.exclude.iter().any(|p| matches(p, name)));
+    let exclude: Vec<&str> = policy.exclude.iter().map(String::as_str).collect();
+    built.retain(|name, _| !any(&exclude, name));
     built.extend(policy.set);
     if !policy.include_only.is_empty() {
-        built.retain(|name, _| policy.include_only.iter().any(|p| matches(p, name)));
+        let include: Vec<&str> = policy.include_only.iter().map(String::as_str).collect();
+        built.retain(|name, _| any(&include, name));
+    }
+    if budget == 0 {
+        return Err(ErrorObject::invalid_params(
+            "invalid params for process/start: envPolicy takes too long to evaluate: fewer or simpler patterns, or shorter names",
+        ));
     }
     built.extend(env);
     Ok(built)
 }
 
-/// Whether `name` matches the glob `pattern`, ignoring ASCII case.
-fn matches(pattern: &str, name: &str) -> bool {
+/// Whether `name` matches the glob `pattern` (`*` any run, `?` any byte),
+/// ignoring ASCII case; a `*` in the name is an ordinary character. At most
+/// pattern length times name length steps.
+fn matches(pattern: &str, name: &str, budget: &mut u64) -> bool {
     let (pattern, name) = (pattern.as_bytes(), name.as_bytes());
-    // Greedy matching with one backtrack point: linear in practice.
+    if name.len() > MAX_MATCHED_NAME {
+        return false;
+    }
+    // Greedy matching with one backtrack point.
     let (mut p, mut n, mut star, mut mark) = (0, 0, None, 0);
     while n < name.len() {
-        if p < pattern.len() && (pattern[p] == b'?' || pattern[p].eq_ignore_ascii_case(&name[n])) {
-            p += 1;
-            n += 1;
-        } else if p < pattern.len() && pattern[p] == b'*' {
+        if *budget == 0 {
+            return false;
+        }
+        *budget -= 1;
+        if p < pattern.len() && pattern[p] == b'*' {
             star = Some(p);
             mark = n;
             p += 1;
+        } else if p < pattern.len()
+            && (pattern[p] == b'?' || pattern[p].eq_ignore_ascii_case(&name[n]))
+        {
+            p += 1;
+            n += 1;
         } else if let Some(s) = star {
             p = s + 1;
             mark += 1;
@@ -134,6 +171,13 @@ mod tests {
         let only =
             apply(json!({"includeOnly": ["P?TH", "*A*"]}), server(), BTreeMap::new()).unwrap();
         assert_eq!(keys(&only), ["LANG", "PATH"]);
+        // A pattern built to be slow is refused, not evaluated for minutes.
+        let slow = format!("*{}b", "a".repeat(250));
+        let names: BTreeMap<String, String> =
+            (0..4000).map(|n| (format!("{n}{}", "a".repeat(4000)), String::new())).collect();
+        let policy = json!({"inherit": "none", "set": names, "includeOnly": vec![slow; 64]});
+        let error = apply(policy, server(), BTreeMap::new()).unwrap_err();
+        assert!(error.message.contains("takes too long to evaluate"), "{}", error.message);
         let error = apply(json!({"inherit": "some"}), server(), BTreeMap::new()).unwrap_err();
         assert!(
             error
@@ -146,10 +190,16 @@ mod tests {
 
     #[test]
     fn globs_match_without_case() {
-        assert!(matches("*key*", "API_KEY"));
-        assert!(matches("A*B*C", "AxxBxxC"));
-        assert!(!matches("A*B", "AxxC"));
-        assert!(matches("*", ""));
-        assert!(!matches("?", ""));
+        let mut budget = MATCH_BUDGET;
+        let mut m = |pattern: &str, name: &str| matches(pattern, name, &mut budget);
+        assert!(m("*KEY*", "*xKEY"), "a star in the name is an ordinary character");
+        assert!(m("a*b", "a*xb"));
+        let long = "a".repeat(MAX_MATCHED_NAME + 1);
+        assert!(!m("*", &long));
+        assert!(m("*key*", "API_KEY"));
+        assert!(m("A*B*C", "AxxBxxC"));
+        assert!(!m("A*B", "AxxC"));
+        assert!(m("*", ""));
+        assert!(!m("?", ""));
     }
 }

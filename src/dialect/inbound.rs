@@ -17,8 +17,8 @@ use crate::protocol::{Base64, ErrorObject};
 /// Path parameters, each with a base64 twin (`pathBase64`) but `cwd`.
 const PATH_KEYS: [&str; 4] = ["path", "sourcePath", "destinationPath", "cwd"];
 /// fs methods that change the file system (confined by a managed sandbox context).
-const FS_WRITES: [&str; 6] =
-    ["fs/writeFile", "fs/createDirectory", "fs/remove", "fs/copy", "fs/rename", "fs/open"];
+const FS_WRITES: [&str; 5] =
+    ["fs/writeFile", "fs/createDirectory", "fs/remove", "fs/copy", "fs/rename"];
 /// process/start fields of today's client that have no equivalent here.
 const UNSUPPORTED: [(&str, &str); 3] = [
     ("shellSnapshot", "no shell state is cached here; start the shell itself"),
@@ -31,6 +31,8 @@ const UNSUPPORTED: [(&str, &str); 3] = [
 pub(crate) struct Inbound {
     pub(crate) params: Value,
     pub(crate) dialect: Dialect,
+    /// A process/start whose cwd was a file URI: today's numbering.
+    pub(crate) uri_cwd: bool,
     /// An fs write under a managed sandbox context: its paths must lie beneath these.
     pub(crate) confine: Option<Vec<PathBuf>>,
 }
@@ -38,9 +40,10 @@ pub(crate) struct Inbound {
 /// Translates the params of `method`.
 pub(crate) fn translate(method: &str, params: Value) -> Result<Inbound, ErrorObject> {
     let Value::Object(mut object) = params else {
-        return Ok(Inbound { params, dialect: Dialect::V0, confine: None });
+        return Ok(Inbound { params, dialect: Dialect::V0, uri_cwd: false, confine: None });
     };
     let mut dialect = Dialect::V0;
+    let uri_cwd = object.get("cwd").and_then(Value::as_str).is_some_and(uri::is_uri);
     for key in PATH_KEYS {
         let Some(Value::String(text)) = object.get(key) else { continue };
         if !uri::is_uri(text) {
@@ -92,7 +95,7 @@ pub(crate) fn translate(method: &str, params: Value) -> Result<Inbound, ErrorObj
             }
         }
     }
-    Ok(Inbound { params: Value::Object(object), dialect, confine })
+    Ok(Inbound { params: Value::Object(object), dialect, uri_cwd, confine })
 }
 
 /// process/start's fields of today's dialect: `envPolicy`, a sandbox
@@ -126,12 +129,16 @@ fn start_fields(object: &mut Map<String, Value>, dialect: &mut Dialect) -> Resul
                 ErrorObject::invalid_params(format!("invalid params for process/start: env: {e}"))
             })?,
         };
-        let built = env::apply(policy, std::env::vars(), given)?;
+        // Variables that are not UTF-8 cannot be passed in this model: skipped.
+        let server = std::env::vars_os().filter_map(|(name, value)| {
+            Some((name.into_string().ok()?, value.into_string().ok()?))
+        });
+        let built = env::apply(policy, server, given)?;
         object.insert("env".into(), serde_json::to_value(built).unwrap_or_default());
     }
     if let Some(sandbox) = object.get("sandbox").filter(|s| contexts::is_context(s)) {
         *dialect = Dialect::Today;
-        match contexts::confinement("process/start", sandbox)?.to_sandbox() {
+        match contexts::confinement("process/start", sandbox)?.to_sandbox()? {
             Some(policy) => object.insert("sandbox".into(), policy),
             None => object.remove("sandbox"),
         };

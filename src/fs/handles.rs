@@ -14,7 +14,8 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::error::{io_error, FsOp};
+use super::error::{self, io_error, FsOp};
+use super::write::create_temp;
 use super::{kind, sys, FsResult, Roots};
 use crate::protocol::{Base64, Empty, ErrorObject, OpenMode, ReadBlockResult};
 
@@ -166,28 +167,53 @@ fn open_read(roots: &Roots, path: &Path) -> FsResult<File> {
     let stat = sys::fstat(handle.as_fd()).map_err(io_error(op, path))?;
     kind::require_regular(op, path, &stat)?;
     kind::refuse_stdio(op, path, &stat)?;
+    refuse_pseudo(op, path, &handle)?;
     kind::reopen(&handle, libc::O_RDONLY).map_err(io_error(op, path))
 }
 
+/// A fresh, empty file at `path`: a new inode renamed over what was there,
+/// so a hard link to the old file (perhaps outside the roots) is untouched,
+/// as `fs/writeFile` leaves it. Never through a final symlink.
 fn open_replace(roots: &Roots, path: &Path) -> FsResult<File> {
     let op = FsOp::Open;
     let located = roots.locate(path)?;
     let entry = located.entry(op)?;
-    // What is there already must be a regular file (a FIFO would refuse the open itself).
+    refuse_pseudo(op, path, &entry.dir)?;
     match sys::fstatat(entry.dir.as_fd(), &entry.name, false) {
-        Ok(stat) if sys::file_type(&stat) != libc::S_IFLNK => {
-            kind::require_regular(op, path, &stat)?
+        Ok(stat) if sys::file_type(&stat) == libc::S_IFLNK => {
+            return Err(error::invalid_input(
+                op,
+                path,
+                "it is a symlink, and replace never writes through one".into(),
+            ))
         }
-        _ => {}
+        Ok(stat) => kind::require_regular(op, path, &stat)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(located.fail(op, e)),
     }
-    // Not through a final symlink, and never a FIFO or device (O_NONBLOCK, then checked).
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_NONBLOCK;
-    let fd = sys::openat(entry.dir.as_fd(), &entry.name, flags, 0o644)
-        .map_err(|e| located.fail(op, e))?;
-    let stat = sys::fstat(fd.as_fd()).map_err(io_error(op, path))?;
-    kind::require_regular(op, path, &stat)?;
-    kind::refuse_stdio(op, path, &stat)?;
-    let file = File::from(fd);
-    file.set_len(0).map_err(io_error(op, path))?;
+    let (temp, file) = create_temp(entry.dir.as_fd(), &entry.name).map_err(io_error(op, path))?;
+    if let Err(e) = sys::renameat(entry.dir.as_fd(), &temp, entry.dir.as_fd(), &entry.name) {
+        let _ = sys::unlinkat(entry.dir.as_fd(), &temp, false);
+        return Err(io_error(op, path)(e));
+    }
+    let _ = sys::fchmod(file.as_fd(), 0o644);
+    refuse_pseudo(op, path, &file)?;
     Ok(file)
+}
+
+/// Block I/O at offsets means nothing on /proc and /sys pseudo-files (and
+/// `/proc/PID/mem` is a process's memory): refused, `fs/readFile` reads them.
+fn refuse_pseudo(op: FsOp, path: &Path, fd: &impl AsFd) -> FsResult<()> {
+    // SAFETY: statfs is plain data, filled in by fstatfs.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs writes only to `fs`, for a descriptor this function borrows.
+    let rc = unsafe { libc::fstatfs(std::os::fd::AsRawFd::as_raw_fd(&fd.as_fd()), &mut fs) };
+    if rc == 0 && matches!(fs.f_type, libc::PROC_SUPER_MAGIC | libc::SYSFS_MAGIC) {
+        return Err(error::invalid_input(
+            op,
+            path,
+            "it is a /proc or /sys pseudo-file; read it with fs/readFile".into(),
+        ));
+    }
+    Ok(())
 }

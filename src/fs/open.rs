@@ -100,11 +100,17 @@ impl<'a> Located<'a> {
     }
 
     /// Opens `rel` below this path, resolved from the root like the path itself
-    /// (so a symlink on the way may not lead out of the root).
-    pub(crate) fn open_below(&self, rel: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
+    /// (so a symlink on the way may not lead out of the root), with `resolve`
+    /// flags added.
+    pub(crate) fn open_below(
+        &self,
+        rel: &Path,
+        flags: libc::c_int,
+        resolve: u64,
+    ) -> io::Result<OwnedFd> {
         let rel = self.rel.join(rel);
         let rel = if rel.as_os_str().is_empty() { Path::new(".") } else { &rel };
-        sys::openat2(self.dir.as_fd(), &sys::c_path(rel)?, flags, 0, self.resolve)
+        sys::openat2(self.dir.as_fd(), &sys::c_path(rel)?, flags, 0, self.resolve | resolve)
     }
 
     /// Opens `name` inside this directory, resolved from the root like the path itself.

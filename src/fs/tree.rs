@@ -1,9 +1,13 @@
 //! `fs/walk`: a bounded, breadth-first listing of a tree.
 //!
-//! Directories are opened by descriptor, entry by entry; a symlink to a
-//! directory is followed only when asked, resolved from the root like any
-//! path (so never out of `--root`), and a directory already seen (same
-//! device and inode: a loop, or two links to one place) is not entered again.
+//! Each directory is opened when its turn comes, resolved from the root like
+//! any path (so the walk holds one descriptor at a time, and a link on the
+//! way never leads out of `--root`); entries are read through that
+//! descriptor. A symlink to a directory is followed only when asked, never
+//! through a magic link (`/proc/PID/fd/N`), and a directory already seen
+//! (same device and inode: a loop, or two links to one place) is not entered
+//! again. Bounds: levels, directories opened, entries returned, and the bytes
+//! of the paths returned.
 
 use std::collections::{HashSet, VecDeque};
 use std::ffi::OsStr;
@@ -23,6 +27,8 @@ const MAX_DEPTH: u32 = 64;
 const MAX_DIRECTORIES: u32 = 10_000;
 /// Default and ceiling of `maxEntries`.
 const MAX_ENTRIES: u32 = 100_000;
+/// Bytes of paths one walk returns at most (its reply stays well inside a message).
+const MAX_PATH_BYTES: usize = 32 * 1024 * 1024;
 
 /// What a walk found.
 #[derive(Debug, Default)]
@@ -34,7 +40,8 @@ pub(crate) struct Walked {
     pub(crate) truncated: bool,
 }
 
-/// Walks the tree at `path` within `options`' bounds.
+/// Walks the tree at `path` within `options`' bounds: entries at most
+/// `maxDepth` levels below it (1: its own entries).
 pub(crate) fn walk(roots: &Roots, path: &Path, options: &WalkOptions) -> FsResult<Walked> {
     let op = FsOp::Walk;
     let max_depth = options.max_depth.unwrap_or(MAX_DEPTH).min(MAX_DEPTH);
@@ -42,22 +49,30 @@ pub(crate) fn walk(roots: &Roots, path: &Path, options: &WalkOptions) -> FsResul
     let max_entries = options.max_entries.unwrap_or(MAX_ENTRIES).min(MAX_ENTRIES) as usize;
     let located = roots.locate(path)?;
     let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
-    let start = located.open(flags).map_err(|e| located.fail(op, e))?;
+    // The start is opened (and its errors reported) like any fs path.
+    drop(located.open(flags).map_err(|e| located.fail(op, e))?);
     let mut seen = HashSet::new();
     let mut walked = Walked::default();
-    let mut queue = VecDeque::from([(start, PathBuf::new(), 0u32)]);
-    let mut opened = 0u32;
-    while let Some((fd, rel, depth)) = queue.pop_front() {
+    let mut bytes = 0usize;
+    // Directories to read: the path below the start, its depth, and whether
+    // reaching it followed a link (then it is opened following links).
+    let mut queue = VecDeque::from([(PathBuf::new(), 0u32, false)]);
+    let mut queued = 1u32;
+    while let Some((rel, depth, linked)) = queue.pop_front() {
+        let no_magic = if linked { libc::RESOLVE_NO_MAGICLINKS } else { 0 };
+        let no_follow = if linked { 0 } else { libc::O_NOFOLLOW };
+        let fd = match located.open_below(&rel, flags | no_follow, no_magic) {
+            Ok(fd) => fd,
+            Err(error) => {
+                walked.errors.push((path.join(&rel), error.to_string()));
+                continue;
+            }
+        };
         if let Ok(stat) = sys::fstat(fd.as_fd()) {
             if !seen.insert((stat.st_dev, stat.st_ino)) {
                 continue;
             }
         }
-        if opened >= max_directories {
-            walked.truncated = true;
-            break;
-        }
-        opened += 1;
         let mut stream = match DirStream::new(fd) {
             Ok(stream) => stream,
             Err(error) => {
@@ -66,10 +81,11 @@ pub(crate) fn walk(roots: &Roots, path: &Path, options: &WalkOptions) -> FsResul
             }
         };
         let mut names = Vec::new();
-        // Never more names held than entries may still be returned (plus one, to know).
-        let room = max_entries.saturating_sub(walked.entries.len()) + 1;
+        // Up to the ceiling of entries per directory (then sorted, so a walk
+        // cut short returns the first names); past it, in the directory's order.
         while let Some(entry) = stream.next_entry() {
-            if names.len() >= room {
+            if names.len() > MAX_ENTRIES as usize {
+                walked.truncated = true;
                 break;
             }
             match entry {
@@ -80,14 +96,16 @@ pub(crate) fn walk(roots: &Roots, path: &Path, options: &WalkOptions) -> FsResul
                 }
             }
         }
-        // A stable order: by name within each directory.
+        // By name within each directory (of the names read, when a bound cut it short).
         names.sort();
         for (name, d_type) in names {
-            if walked.entries.len() >= max_entries {
+            let child = rel.join(OsStr::from_bytes(name.to_bytes()));
+            let full = path.join(&child);
+            bytes += full.as_os_str().len() + 32;
+            if walked.entries.len() >= max_entries || bytes > MAX_PATH_BYTES {
                 walked.truncated = true;
                 return Ok(walked);
             }
-            let child = rel.join(OsStr::from_bytes(name.to_bytes()));
             let kind = match d_type {
                 libc::DT_UNKNOWN => match sys::fstatat(stream.fd(), &name, false) {
                     Ok(stat) => match sys::file_type(&stat) {
@@ -100,38 +118,43 @@ pub(crate) fn walk(roots: &Roots, path: &Path, options: &WalkOptions) -> FsResul
                 other => other,
             };
             let hidden = name.to_bytes().first() == Some(&b'.');
-            let descend = depth < max_depth && !(hidden && options.prune_hidden_directories);
+            let descend = depth + 1 < max_depth && !(hidden && options.prune_hidden_directories);
             let directory = match kind {
-                libc::DT_DIR => {
-                    if descend {
-                        match sys::openat(stream.fd(), &name, flags | libc::O_NOFOLLOW, 0) {
-                            Ok(fd) => queue.push_back((fd, child.clone(), depth + 1)),
-                            Err(error) => {
-                                walked.errors.push((path.join(&child), error.to_string()))
-                            }
-                        }
-                    }
-                    true
-                }
-                // Followed beneath the root, or not at all.
+                libc::DT_DIR => Some(false),
+                // Followed beneath the root, or not at all (it is then a file here).
                 libc::DT_LNK if options.follow_directory_symlinks => {
-                    match located.open_below(&child, flags) {
-                        Ok(fd) => {
-                            if descend {
-                                queue.push_back((fd, child.clone(), depth + 1));
+                    match located.open_below(
+                        &child,
+                        libc::O_PATH | libc::O_DIRECTORY,
+                        libc::RESOLVE_NO_MAGICLINKS,
+                    ) {
+                        Ok(_) => Some(true),
+                        Err(error) => {
+                            let quiet = matches!(
+                                error.raw_os_error(),
+                                Some(libc::ENOENT | libc::ENOTDIR | libc::EXDEV | libc::ELOOP)
+                            );
+                            if !quiet {
+                                walked.errors.push((full.clone(), error.to_string()));
                             }
-                            true
+                            None
                         }
-                        Err(_) => false,
                     }
                 }
-                _ => false,
+                _ => None,
             };
-            walked.entries.push((path.join(&child), directory));
+            if let Some(linked_here) = directory {
+                if descend {
+                    if queued < max_directories {
+                        queued += 1;
+                        queue.push_back((child, depth + 1, linked || linked_here));
+                    } else {
+                        walked.truncated = true;
+                    }
+                }
+            }
+            walked.entries.push((full, directory.is_some()));
         }
-    }
-    if !queue.is_empty() {
-        walked.truncated = true;
     }
     Ok(walked)
 }

@@ -307,7 +307,10 @@ impl Entry {
             running: self.is_running(),
             exit_code: self.exit().map(|e| e.code),
             signal: self.exit().and_then(|e| e.signal.clone()),
-            sandbox_type: self.sandbox_type,
+            sandbox_type: crate::dialect::outbound::sandbox_type(
+                self.numbering.dialect(),
+                self.sandbox_type,
+            ),
         }
     }
 }

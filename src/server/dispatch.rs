@@ -239,13 +239,16 @@ impl State {
         if let Err(error) = self.check_ready(&method) {
             return Some(error_reply(&id, error));
         }
-        let Inbound { params, dialect, confine } = match inbound::translate(&method, params) {
-            Ok(inbound) => inbound,
-            Err(error) => return Some(error_reply(&id, error)),
-        };
+        let Inbound { params, dialect, uri_cwd, confine } =
+            match inbound::translate(&method, params) {
+                Ok(inbound) => inbound,
+                Err(error) => return Some(error_reply(&id, error)),
+            };
         if dialect == Dialect::Today {
             self.today = true;
         }
+        // Only a file URI cwd selects today's numbering (PROTOCOL.md, Dialects).
+        let dialect = if method == ProcessStart::NAME && !uri_cwd { Dialect::V0 } else { dialect };
         if method == EnvironmentInfo::NAME {
             self.today = true;
             return Some(reply::<EnvironmentInfo>(&id, Ok(crate::dialect::environment_info())));

@@ -110,7 +110,41 @@ async fn a_handle_keeps_reading_the_file_it_opened_across_a_rename_over() {
             json!({"handleId": "l", "path": uri(&dir.join("link")), "mode": "replace"}),
         )
         .await;
-    assert_eq!(refused["error"]["data"]["kind"], "other", "{refused}");
+    assert_eq!(
+        refused["error"]["message"],
+        json!(format!(
+            "cannot open {}: it is a symlink, and replace never writes through one",
+            dir.join("link").display()
+        ))
+    );
+    // Replace makes a new file: a hard link to the old one (perhaps outside a root) keeps its bytes.
+    std::fs::write(dir.join("precious"), "precious").unwrap();
+    std::fs::hard_link(dir.join("precious"), dir.join("hard")).unwrap();
+    server
+        .result(
+            "fs/open",
+            json!({"handleId": "hl", "path": uri(&dir.join("hard")), "mode": "replace"}),
+        )
+        .await;
+    server
+        .result("fs/writeBlock", json!({"handleId": "hl", "offset": 0, "chunk": b64(b"over")}))
+        .await;
+    assert_eq!(std::fs::read(dir.join("precious")).unwrap(), b"precious");
+    assert_eq!(std::fs::read(dir.join("hard")).unwrap(), b"over");
+    // A process's memory (and any /proc or /sys pseudo-file) is no file for blocks.
+    for mode in ["read", "replace"] {
+        let reply = server
+            .call(
+                "fs/open",
+                json!({"handleId": "m", "path": "file:///proc/self/mem", "mode": mode}),
+            )
+            .await;
+        assert_eq!(
+            reply["error"]["message"],
+            json!("cannot open /proc/self/mem: it is a /proc or /sys pseudo-file; read it with fs/readFile"),
+            "{mode}"
+        );
+    }
     let fifo = dir.join("fifo");
     let c_fifo = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
     // SAFETY: mkfifo of a NUL-terminated path in the test's scratch directory.
@@ -206,6 +240,63 @@ async fn a_managed_sandbox_context_runs_confined_and_disabled_runs_free() {
     let (_, exit) = run(&mut server, free).await;
     assert_eq!(exit["exitCode"], 0);
     assert_eq!(std::fs::read_to_string(outside.join("out.txt")).unwrap(), "out\n");
+}
+
+#[tokio::test]
+async fn a_context_root_that_is_not_utf8_is_refused_and_the_server_stays() {
+    let mut server = Binary::ready(&[]).await;
+    let context = json!({"permissions": {"type": "managed", "file_system": "workspaceWrite"}, "cwd": "file:///tmp/%FF"});
+    let start = json!({"processId": "x", "argv": ["true"], "cwd": "file:///tmp", "env": {}, "sandbox": context});
+    let reply = server.call("process/start", start).await;
+    assert_eq!(
+        reply["error"],
+        json!({"code": -32602, "message": "invalid params for process/start: sandbox root /tmp/\u{FFFD} is not UTF-8"})
+    );
+    assert_eq!(server.result("environment/status", json!({})).await, json!({"status": "ready"}));
+}
+
+#[tokio::test]
+async fn a_wide_walk_holds_one_directory_open_at_a_time() {
+    let dir = scratch("walk-wide");
+    for n in 0..600 {
+        std::fs::create_dir(dir.join(format!("d{n:04}"))).unwrap();
+    }
+    // With 64 descriptors in all, a walk that held every queued directory open would fail.
+    let mut command = tokio::process::Command::new("prlimit");
+    command.args(["--nofile=64:64", crate::binary::BIN]);
+    let mut server = Binary::from_command(command);
+    server.result("initialize", json!({"clientName": "wide"})).await;
+    server.send_line(r#"{"method":"initialized"}"#).await;
+    let walked = server.result("fs/walk", json!({"path": uri(&dir)})).await;
+    assert_eq!(walked["errors"], json!([]));
+    assert_eq!(
+        (walked["entries"].as_array().unwrap().len(), walked["truncated"].clone()),
+        (600, json!(false))
+    );
+    let bounded = server
+        .result("fs/walk", json!({"path": uri(&dir), "options": {"maxDirectories": 10}}))
+        .await;
+    assert_eq!(
+        (bounded["entries"].as_array().unwrap().len(), bounded["truncated"].clone()),
+        (600, json!(true))
+    );
+    let shallow = server
+        .result("fs/walk", json!({"path": uri(&dir), "options": {"maxDepth": 1, "maxEntries": 3}}))
+        .await;
+    let names: Vec<&str> = shallow["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            format!("{}/d0000", uri(&dir)),
+            format!("{}/d0001", uri(&dir)),
+            format!("{}/d0002", uri(&dir))
+        ]
+    );
 }
 
 #[tokio::test]
