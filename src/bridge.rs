@@ -155,8 +155,7 @@ fn connect(path: &Path, spawn_daemon: bool, daemon_args: Vec<OsString>) -> io::R
 
 /// `stream` if the daemon behind it runs as this user, else the refusal.
 fn ours(stream: UnixStream, path: &Path) -> io::Result<UnixStream> {
-    // SAFETY: geteuid cannot fail.
-    let uid = unsafe { libc::geteuid() };
+    let uid = crate::listen::euid();
     match crate::listen::peer_uid(&stream)? {
         peer if peer == uid => Ok(stream),
         peer => Err(io::Error::new(

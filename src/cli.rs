@@ -290,10 +290,7 @@ fn unix_path(url: &str, flag: &str) -> Result<PathBuf, String> {
 fn default_socket() -> PathBuf {
     match std::env::var_os("XDG_RUNTIME_DIR").filter(|dir| !dir.is_empty()) {
         Some(dir) => PathBuf::from(dir).join("exec-server/daemon.sock"),
-        // SAFETY: geteuid cannot fail.
-        None => {
-            PathBuf::from(format!("/tmp/exec-server-{}/daemon.sock", unsafe { libc::geteuid() }))
-        }
+        None => PathBuf::from(format!("/tmp/exec-server-{}/daemon.sock", crate::listen::euid())),
     }
 }
 

@@ -137,7 +137,10 @@ impl Client {
     /// sent when the server requires one. The same [`Client`] as over stdio.
     ///
     /// When the connection drops, the client reconnects and resumes its
-    /// session for up to `options.resume_within` (see [`Client::connect_resumable`]).
+    /// session for up to `options.resume_within`: in-flight reads and writes
+    /// with a writeId are sent again, [`Process`] handles get what they
+    /// missed, and a session that cannot be resumed fails everything with
+    /// [`Error::SessionLost`].
     pub async fn connect_ws(url: &str, options: ClientOptions) -> Result<Client, Error> {
         let url = url.to_owned();
         let token = options.bearer_token.clone();
@@ -546,6 +549,7 @@ impl StartParams {
             pipe_stdin: false,
             size: None,
             numbering: Default::default(),
+            answer: Default::default(),
         }
     }
 

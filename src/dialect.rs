@@ -56,12 +56,4 @@ impl Numbering {
             Numbering::Counter => log.reserve(),
         }
     }
-
-    /// The numbering of a process started by a request in `dialect`.
-    pub(crate) fn of(dialect: Dialect) -> Numbering {
-        match dialect {
-            Dialect::V0 => Numbering::Output,
-            Dialect::Today => Numbering::Counter,
-        }
-    }
 }

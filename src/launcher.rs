@@ -158,8 +158,9 @@ pub struct Launcher {
     stderr: JoinHandle<()>,
     /// A `--listen` server does not read stdin: it ends on SIGTERM.
     listening: bool,
-    /// In daemon mode, the bridges started after the first (one per resume).
-    bridges: Arc<Mutex<Vec<Child>>>,
+    /// In daemon mode, the bridges started after the first (one per resume),
+    /// with their stderr forwarders.
+    bridges: Bridges,
 }
 
 impl Launcher {
@@ -240,7 +241,7 @@ impl Launcher {
             keep: None,
         };
         let first = Arc::new(Mutex::new(Some(first)));
-        let bridges: Arc<Mutex<Vec<Child>>> = Arc::default();
+        let bridges: Bridges = Arc::default();
         let (spawned, command) = (bridges.clone(), Arc::new(command));
         let connector: crate::client::Connector = Arc::new(move || {
             let (first, spawned, command) = (first.clone(), spawned.clone(), command.clone());
@@ -248,11 +249,12 @@ impl Launcher {
                 if let Some(transport) = lock(&first).take() {
                     return Ok(transport);
                 }
-                let Started { child, stdin, stdout, .. } = Started::spawn_ready(&command).await?;
+                let Started { child, stdin, stdout, stderr, .. } =
+                    Started::spawn_ready(&command).await?;
                 let mut bridges = lock(&spawned);
                 // Bridges that ended are reaped as new ones come.
-                bridges.retain_mut(|bridge| matches!(bridge.try_wait(), Ok(None)));
-                bridges.push(child);
+                bridges.retain_mut(|(bridge, _)| matches!(bridge.try_wait(), Ok(None)));
+                bridges.push((child, stderr));
                 Ok(crate::client::Transport {
                     reader: Box::new(stdout),
                     writer: Box::new(stdin),
@@ -276,6 +278,9 @@ impl Launcher {
         }
     }
 }
+
+/// Bridges of a persistent launch, each with its stderr forwarder.
+type Bridges = Arc<Mutex<Vec<(Child, JoinHandle<()>)>>>;
 
 /// A spawned server before its client is connected.
 struct Started {
@@ -407,9 +412,10 @@ impl Drop for Launcher {
     /// nothing else could.
     fn drop(&mut self) {
         self.close_stdin();
-        for mut bridge in lock(&self.bridges).drain(..) {
+        for (mut bridge, stderr) in lock(&self.bridges).drain(..) {
             // A bridge: its end only detaches the session, which the daemon ends after its ttl.
             let _ = bridge.start_kill();
+            stderr.abort();
         }
         let Some(mut child) = self.child.take() else { return };
         let (pid, listening) = (self.pid, self.listening);

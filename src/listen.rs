@@ -19,7 +19,7 @@ mod unix;
 
 pub use self::unix::{bind as bind_unix, UnixSocket};
 pub(crate) use self::unix::{
-    check_private_dir, log_path as unix_log_path, peer_uid, private_dir, private_file,
+    check_private_dir, euid, log_path as unix_log_path, peer_uid, private_dir, private_file,
 };
 
 use std::io;

@@ -353,7 +353,7 @@ impl ProcessTable {
                 let session = entry.signal_tree(&[Signal::KILL]);
                 self.sweep(vec![session], &[Signal::KILL]);
             }
-            let sandbox_type = outbound::sandbox_type(params.numbering.dialect(), entry.sandbox_type);
+            let sandbox_type = outbound::sandbox_type(params.answer, entry.sandbox_type);
             self.ids.insert(serial, params.process_id.clone());
             self.entries.insert(params.process_id.clone(), entry);
             StartResult { process_id: params.process_id.clone(), sandbox_type }
@@ -659,7 +659,6 @@ impl ProcessTable {
         }
     }
 
-    /// Kills every process group and session (connection end), in one sweep.
     /// Whether any process is known (running, or exited and still readable).
     pub(crate) fn has_processes(&self) -> bool {
         !self.entries.is_empty() || !self.starting.is_empty()
@@ -688,6 +687,7 @@ impl ProcessTable {
         }
     }
 
+    /// Kills every process group and session (connection end), in one sweep.
     pub(crate) fn kill_all(&mut self) {
         self.closing = true;
         let sessions: Vec<Session> =

@@ -206,6 +206,9 @@ pub(crate) fn new_id() -> String {
         let got = unsafe {
             libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
         };
+        if got < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
         if got <= 0 {
             // No entropy source (cannot happen on Linux ≥ 3.17): fall back on
             // std's randomly keyed hasher, which still differs per process.

@@ -211,10 +211,14 @@ impl Process {
         let result = self.client.write(params).await?;
         match result.status {
             WriteStatus::Accepted => Ok(()),
-            refused => Err(Error::Protocol(format!(
-                "the write to process {} was refused: {refused:?}",
-                self.id
-            ))),
+            refused => {
+                let status = serde_json::to_value(refused).unwrap_or_default();
+                Err(Error::Protocol(format!(
+                    "the write to process {} was refused: {}",
+                    self.id,
+                    status.as_str().unwrap_or("refused")
+                )))
+            }
         }
     }
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use super::routing::Shared;
@@ -56,13 +56,23 @@ pub(crate) fn retryable(method: &str, line: &str) -> bool {
     SAFE.contains(&method) || (method == ProcessWrite::NAME && line.contains("\"writeId\":"))
 }
 
-/// One live connection as the supervisor holds it. Dropped, it ends by
-/// itself: the writer closes the output, and the server then closes the input.
+/// One connection as the supervisor holds it. Dropped, its reader and its
+/// WebSocket bridge are aborted (a hung server cannot keep them), while the
+/// writer ends by itself once `lines` is gone, closing the output.
 struct Connection {
     lines: mpsc::Sender<String>,
-    reader: JoinHandle<()>,
+    reader: Aborted<()>,
     _writer: JoinHandle<std::io::Result<()>>,
-    _keep: Option<JoinHandle<std::io::Result<()>>>,
+    _keep: Option<Aborted<std::io::Result<()>>>,
+}
+
+/// A task aborted when dropped.
+struct Aborted<T>(JoinHandle<T>);
+
+impl<T> Drop for Aborted<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Opens the first connection and performs the handshake; returns the shared
@@ -84,6 +94,7 @@ pub(super) async fn connect(
         session_id: info.session_id.clone(),
         client_name: options.client_name,
         within: options.resume_within,
+        catching: JoinSet::new(),
     };
     let task = tokio::spawn(supervisor.run(connection));
     Ok((shared, outgoing, info, task))
@@ -99,7 +110,8 @@ async fn open(
     let (lines, writer) = transport::spawn_writer(writer);
     let reading = shared.clone();
     let reader = tokio::spawn(async move { read_lines(reader, &reading).await });
-    let connection = Connection { lines, reader, _writer: writer, _keep: keep };
+    let connection =
+        Connection { lines, reader: Aborted(reader), _writer: writer, _keep: keep.map(Aborted) };
     let id = shared.next_id();
     let line = encode_request::<Initialize>(&id, &params)
         .map_err(|e| Error::Encode(format!("initialize params: {e}")))?;
@@ -137,6 +149,8 @@ struct Supervisor {
     session_id: Option<String>,
     client_name: String,
     within: Duration,
+    /// The reads that catch handles up after a resume (each ends with its reply).
+    catching: JoinSet<()>,
 }
 
 impl Supervisor {
@@ -146,7 +160,8 @@ impl Supervisor {
                 // The client closed: the server sees EOF and ends the session.
                 let Connection { lines, mut reader, .. } = connection;
                 drop(lines);
-                let _ = tokio::time::timeout(Duration::from_secs(2), &mut reader).await;
+                self.catching.abort_all();
+                let _ = tokio::time::timeout(Duration::from_secs(2), &mut reader.0).await;
                 self.shared.close();
                 return;
             }
@@ -187,7 +202,7 @@ impl Supervisor {
                     }
                     None => return false,
                 },
-                _ = &mut connection.reader => return true,
+                _ = &mut connection.reader.0 => return true,
             }
         }
     }
@@ -229,12 +244,14 @@ impl Supervisor {
 
     /// Reads every process with a handle from the last seq it saw: what the
     /// drop swallowed (output, exit, close) reaches the handles.
-    fn catch_up(&self, connection: &Connection) {
+    fn catch_up(&mut self, connection: &Connection) {
+        // Those of an earlier resume are moot: their connection is gone.
+        self.catching.abort_all();
         for (process_id, last_seq) in self.shared.routed() {
             let shared = self.shared.clone();
             let lines = connection.lines.clone();
             // Ends with its reply, or when the connection goes (its pending call fails).
-            tokio::spawn(async move {
+            self.catching.spawn(async move {
                 let id = shared.next_id();
                 let params = ReadParams::new(process_id.clone()).after_seq(last_seq);
                 let Ok(line) = encode_request::<ProcessRead>(&id, &params) else { return };

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use serde_json::{Map, Value};
 
 use super::contexts::{self, Confinement};
-use super::{env, uri, Dialect};
+use super::{env, uri, Dialect, Numbering};
 use crate::protocol::{Base64, ErrorObject};
 
 /// Path parameters, each with a base64 twin (`pathBase64`) but `cwd`.
@@ -31,8 +31,8 @@ const UNSUPPORTED: [(&str, &str); 3] = [
 pub(crate) struct Inbound {
     pub(crate) params: Value,
     pub(crate) dialect: Dialect,
-    /// A process/start whose cwd was a file URI: today's numbering.
-    pub(crate) uri_cwd: bool,
+    /// How a process/start numbers its events: today's counter only for a file URI cwd.
+    pub(crate) numbering: Numbering,
     /// An fs write under a managed sandbox context: its paths must lie beneath these.
     pub(crate) confine: Option<Vec<PathBuf>>,
 }
@@ -40,10 +40,16 @@ pub(crate) struct Inbound {
 /// Translates the params of `method`.
 pub(crate) fn translate(method: &str, params: Value) -> Result<Inbound, ErrorObject> {
     let Value::Object(mut object) = params else {
-        return Ok(Inbound { params, dialect: Dialect::V0, uri_cwd: false, confine: None });
+        return Ok(Inbound {
+            params,
+            dialect: Dialect::V0,
+            numbering: Numbering::Output,
+            confine: None,
+        });
     };
     let mut dialect = Dialect::V0;
     let uri_cwd = object.get("cwd").and_then(Value::as_str).is_some_and(uri::is_uri);
+    let numbering = if uri_cwd { Numbering::Counter } else { Numbering::Output };
     for key in PATH_KEYS {
         let Some(Value::String(text)) = object.get(key) else { continue };
         if !uri::is_uri(text) {
@@ -76,26 +82,23 @@ pub(crate) fn translate(method: &str, params: Value) -> Result<Inbound, ErrorObj
     if method == "process/start" {
         start_fields(&mut object, &mut dialect)?;
     } else if method.starts_with("fs/") {
-        // fs/watch takes this server's own `{"mode": ...}` sandbox (Part B).
-        let own = object.get("sandbox").is_some_and(|s| !contexts::is_context(s));
-        let sandbox = if method == "fs/watch" && own { None } else { object.remove("sandbox") };
-        if let Some(sandbox) = sandbox.filter(|s| !s.is_null()) {
-            if !contexts::is_context(&sandbox) {
-                return Err(ErrorObject::invalid_params(format!(
-                    "invalid params for {method}: sandbox takes a file system sandbox context ({{\"permissions\": ...}}) on fs methods"
-                )));
-            }
+        // Only today's context shape is translated; anything else stays as
+        // v0 left it (fs/watch reads its own `{"mode": ...}`, others ignore it).
+        let context = object.get("sandbox").is_some_and(contexts::is_context);
+        if let Some(sandbox) = context.then(|| object.remove("sandbox")).flatten() {
             dialect = Dialect::Today;
+            let replace = object.get("mode").and_then(Value::as_str) == Some("replace");
+            let writes = FS_WRITES.contains(&method) || (method == "fs/open" && replace);
             if let Confinement::Restricted { writable, .. } =
                 contexts::confinement(method, &sandbox)?
             {
-                if FS_WRITES.contains(&method) {
+                if writes {
                     confine = Some(writable);
                 }
             }
         }
     }
-    Ok(Inbound { params: Value::Object(object), dialect, uri_cwd, confine })
+    Ok(Inbound { params: Value::Object(object), dialect, numbering, confine })
 }
 
 /// process/start's fields of today's dialect: `envPolicy`, a sandbox
@@ -203,8 +206,14 @@ mod tests {
             translate("fs/readFile", json!({"path": "file:///etc/hosts", "sandbox": context}))
                 .unwrap();
         assert_eq!((read.confine, read.params), (None, json!({"path": "/etc/hosts"})));
-        assert!(
-            translate("fs/readFile", json!({"path": "/x", "sandbox": {"mode": "none"}})).is_err()
-        );
+        // A v0 shape is left alone, as v0 did.
+        let v0 = translate("fs/readFile", json!({"path": "/x", "sandbox": {"mode": "none"}}));
+        assert_eq!(v0.unwrap().params, json!({"path": "/x", "sandbox": {"mode": "none"}}));
+        let read_only = json!({"permissions": {"type": "managed", "file_system": "readOnly"}});
+        let open = json!({"handleId": "h", "path": "/etc/hosts", "sandbox": read_only.clone()});
+        assert_eq!(translate("fs/open", open).unwrap().confine, None, "reading stays free");
+        let replace =
+            json!({"handleId": "h", "path": "/w/f", "mode": "replace", "sandbox": read_only});
+        assert_eq!(translate("fs/open", replace).unwrap().confine, Some(vec![]));
     }
 }

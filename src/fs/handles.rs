@@ -61,34 +61,14 @@ impl Handles {
                 id.len()
             )));
         }
-        {
-            let handles = self.lock();
-            if handles.contains_key(&id) {
-                return Err(ErrorObject::invalid_request(format!(
-                    "file handle {id:?} is already open"
-                )));
-            }
-            if handles.len() >= MAX_HANDLES {
-                return Err(ErrorObject::invalid_request(format!(
-                    "too many open file handles: the limit is {MAX_HANDLES} per connection; close some with fs/close"
-                )));
-            }
-        }
+        // Checked before the open (no file touched for nothing) and again after it.
+        check_free(&self.lock(), &id)?;
         let file = match mode {
             OpenMode::Read => open_read(roots, path)?,
             OpenMode::Replace => open_replace(roots, path)?,
         };
         let mut handles = self.lock();
-        if handles.contains_key(&id) {
-            return Err(ErrorObject::invalid_request(format!(
-                "file handle {id:?} is already open"
-            )));
-        }
-        if handles.len() >= MAX_HANDLES {
-            return Err(ErrorObject::invalid_request(format!(
-                "too many open file handles: the limit is {MAX_HANDLES} per connection; close some with fs/close"
-            )));
-        }
+        check_free(&handles, &id)?;
         handles.insert(id.clone(), Arc::new(Handle { file, mode }));
         Ok(id)
     }
@@ -158,6 +138,19 @@ impl Handles {
             None => Err(ErrorObject::invalid_request(format!("unknown file handle {id:?}"))),
         }
     }
+}
+
+/// Whether handle `id` may be opened: not open yet, and room for one more.
+fn check_free(handles: &HashMap<String, Arc<Handle>>, id: &str) -> FsResult<()> {
+    if handles.contains_key(id) {
+        return Err(ErrorObject::invalid_request(format!("file handle {id:?} is already open")));
+    }
+    if handles.len() >= MAX_HANDLES {
+        return Err(ErrorObject::invalid_request(format!(
+            "too many open file handles: the limit is {MAX_HANDLES} per connection; close some with fs/close"
+        )));
+    }
+    Ok(())
 }
 
 fn open_read(roots: &Roots, path: &Path) -> FsResult<File> {

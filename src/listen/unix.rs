@@ -109,8 +109,7 @@ pub(crate) fn private_dir(dir: &Path) -> io::Result<()> {
 /// ancestor, as written and with links resolved, belongs to root or to this
 /// user, and is writable by others only when sticky (as /tmp is).
 pub(crate) fn check_private_dir(dir: &Path) -> io::Result<()> {
-    // SAFETY: geteuid cannot fail.
-    let uid = unsafe { libc::geteuid() };
+    let uid = euid();
     let refuse = |why: String| io::Error::new(io::ErrorKind::PermissionDenied, why);
     let meta = std::fs::symlink_metadata(dir)?;
     if !meta.file_type().is_dir() {
@@ -223,8 +222,7 @@ fn refusal(message: String) -> String {
 pub(super) async fn connection(stream: UnixStream, context: Context) {
     let Context { options, roots, retained, sessions, stopped, _done, active, slot, .. } = context;
     let _active = active;
-    // SAFETY: geteuid cannot fail.
-    let uid = unsafe { libc::geteuid() };
+    let uid = euid();
     match peer_uid(&stream) {
         Ok(peer) if peer == uid => {}
         Ok(peer) => {
@@ -253,6 +251,12 @@ pub(super) async fn connection(stream: UnixStream, context: Context) {
     let config = Config { on_eof: OnEof::Kill, ..options.config.clone() };
     serve_resumable(channels, roots, &config, retained, &sessions, slot, stopping(stopped)).await;
     tracing::info!("connection's thread done");
+}
+
+/// This process's effective uid.
+pub(crate) fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    unsafe { libc::geteuid() }
 }
 
 /// `path` with `suffix` appended to its file name.

@@ -349,6 +349,9 @@ pub struct StartParams {
     /// How the process numbers its notifications (set from the request's dialect).
     #[serde(skip)]
     pub(crate) numbering: crate::dialect::Numbering,
+    /// The dialect the start is answered in (set from the request).
+    #[serde(skip)]
+    pub(crate) answer: crate::dialect::Dialect,
 }
 
 /// `process/start` result.

@@ -31,6 +31,9 @@ enum Turn {
     Wait(Request),
 }
 
+/// The dialect of a process request, and the numbering a start gets.
+type Spoken = (Dialect, Numbering);
+
 /// Process requests that may wait behind a start; beyond, they are refused.
 const MAX_WAITING: usize = 4096;
 /// Bytes of process requests that may wait behind a start (writes carry data).
@@ -64,7 +67,7 @@ pub(super) struct State {
     today: bool,
     /// Process requests that arrived while a start was under way, in order,
     /// with their sizes.
-    waiting: VecDeque<(Request, Dialect, usize)>,
+    waiting: VecDeque<(Request, Spoken, usize)>,
     waiting_bytes: usize,
     pub(super) table: ProcessTable,
     pub(super) fs: FsCalls,
@@ -119,6 +122,8 @@ impl State {
         self.fs = FsCalls::new(self.roots.clone());
         self.watches = Watcher::new(self.roots.clone());
         self.phase = Phase::New;
+        // The dialect a connection spoke is the connection's, not the session's.
+        self.today = false;
     }
 
     /// A connection resumed this session: the reply to its `initialize`.
@@ -188,18 +193,18 @@ impl State {
             if self.table.is_starting() && next.method != ProcessStart::NAME {
                 break;
             }
-            let Some((Request { id, method, params }, dialect, bytes)) = self.waiting.pop_front()
+            let Some((Request { id, method, params }, spoken, bytes)) = self.waiting.pop_front()
             else {
                 break;
             };
             self.waiting_bytes -= bytes;
-            match self.on_process_request(id, method, params, dialect) {
+            match self.on_process_request(id, method, params, spoken) {
                 Turn::Done(Some(reply)) => out.push(reply),
                 Turn::Done(None) => {}
                 Turn::Wait(request) => {
                     // Still not its turn: it stays first in line.
                     self.waiting_bytes += bytes;
-                    self.waiting.push_front((request, dialect, bytes));
+                    self.waiting.push_front((request, spoken, bytes));
                     break;
                 }
             }
@@ -239,7 +244,7 @@ impl State {
         if let Err(error) = self.check_ready(&method) {
             return Some(error_reply(&id, error));
         }
-        let Inbound { params, dialect, uri_cwd, confine } =
+        let Inbound { params, dialect, numbering, confine } =
             match inbound::translate(&method, params) {
                 Ok(inbound) => inbound,
                 Err(error) => return Some(error_reply(&id, error)),
@@ -247,8 +252,7 @@ impl State {
         if dialect == Dialect::Today {
             self.today = true;
         }
-        // Only a file URI cwd selects today's numbering (PROTOCOL.md, Dialects).
-        let dialect = if method == ProcessStart::NAME && !uri_cwd { Dialect::V0 } else { dialect };
+
         if method == EnvironmentInfo::NAME {
             self.today = true;
             return Some(reply::<EnvironmentInfo>(&id, Ok(crate::dialect::environment_info())));
@@ -287,14 +291,14 @@ impl State {
                 return Some(error_reply(&id, error));
             }
             self.waiting_bytes += bytes;
-            self.waiting.push_back((Request { id, method, params }, dialect, bytes));
+            self.waiting.push_back((Request { id, method, params }, (dialect, numbering), bytes));
             return None;
         }
-        match self.on_process_request(id, method, params, dialect) {
+        match self.on_process_request(id, method, params, (dialect, numbering)) {
             Turn::Done(reply) => reply,
             Turn::Wait(request) => {
                 self.waiting_bytes += bytes;
-                self.waiting.push_back((request, dialect, bytes));
+                self.waiting.push_back((request, (dialect, numbering), bytes));
                 None
             }
         }
@@ -306,8 +310,9 @@ impl State {
         id: RequestId,
         method: String,
         params: Value,
-        dialect: Dialect,
+        spoken: Spoken,
     ) -> Turn {
+        let dialect = spoken.0;
         let roots = &self.roots;
         let table = &mut self.table;
         // A write's refusal is a status for a client of today's dialect.
@@ -317,7 +322,8 @@ impl State {
                 let raw = params.clone();
                 let started = decode::<ProcessStart>(params).and_then(|mut p| {
                     ProcessTable::check_cwd(&p.cwd)?;
-                    p.numbering = Numbering::of(dialect);
+                    p.numbering = spoken.1;
+                    p.answer = spoken.0;
                     table.begin_start(id.clone(), p, roots.clone())
                 });
                 match started {

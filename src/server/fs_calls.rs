@@ -338,6 +338,11 @@ fn named_paths(params: &Value) -> Vec<PathBuf> {
 
 fn all_named_paths(params: &Value) -> Vec<PathBuf> {
     let mut paths = Vec::new();
+    // A handle orders its calls like a path (open, blocks, close in arrival
+    // order); the NUL in its name means it is never a real path.
+    if let Some(handle) = params.get("handleId").and_then(Value::as_str) {
+        paths.push(PathBuf::from(format!("/\0handle/{handle}")));
+    }
     for key in ["path", "sourcePath", "destinationPath"] {
         if let Some(text) = params.get(key).and_then(Value::as_str) {
             paths.push(clean(Path::new(text)));
