@@ -40,14 +40,6 @@ pub(crate) enum Numbering {
 }
 
 impl Numbering {
-    /// The dialect of the request that started the process.
-    pub(crate) fn dialect(self) -> Dialect {
-        match self {
-            Numbering::Output => Dialect::V0,
-            Numbering::Counter => Dialect::Today,
-        }
-    }
-
     /// The seq of the exit or close event of a process whose log is `log`:
     /// the last output's under Part B, a seq of its own under today's counter.
     pub(crate) fn event_seq(self, log: &mut crate::process::OutputLog) -> u64 {

@@ -172,6 +172,7 @@ fn open_replace(roots: &Roots, path: &Path) -> FsResult<File> {
     let located = roots.locate(path)?;
     let entry = located.entry(op)?;
     refuse_pseudo(op, path, &entry.dir)?;
+    let mut existing = None;
     match sys::fstatat(entry.dir.as_fd(), &entry.name, false) {
         Ok(stat) if sys::file_type(&stat) == libc::S_IFLNK => {
             return Err(error::invalid_input(
@@ -180,16 +181,26 @@ fn open_replace(roots: &Roots, path: &Path) -> FsResult<File> {
                 "it is a symlink, and replace never writes through one".into(),
             ))
         }
-        Ok(stat) => kind::require_regular(op, path, &stat)?,
+        Ok(stat) => {
+            kind::require_regular(op, path, &stat)?;
+            existing = Some(stat);
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(located.fail(op, e)),
     }
     let (temp, file) = create_temp(entry.dir.as_fd(), &entry.name).map_err(io_error(op, path))?;
-    if let Err(e) = sys::renameat(entry.dir.as_fd(), &temp, entry.dir.as_fd(), &entry.name) {
+    // The new file keeps what the old one had, as fs/writeFile does: its
+    // mode (a private file stays private) and, best effort, its owner.
+    let mode = existing.map_or(0o644, |stat| stat.st_mode & 0o7777);
+    if let Some(stat) = existing {
+        let _ = sys::fchown(file.as_fd(), stat.st_uid, stat.st_gid);
+    }
+    if let Err(e) = sys::fchmod(file.as_fd(), mode)
+        .and_then(|()| sys::renameat(entry.dir.as_fd(), &temp, entry.dir.as_fd(), &entry.name))
+    {
         let _ = sys::unlinkat(entry.dir.as_fd(), &temp, false);
         return Err(io_error(op, path)(e));
     }
-    let _ = sys::fchmod(file.as_fd(), 0o644);
     refuse_pseudo(op, path, &file)?;
     Ok(file)
 }

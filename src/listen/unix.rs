@@ -126,21 +126,46 @@ pub(crate) fn check_private_dir(dir: &Path) -> io::Result<()> {
             meta.mode() & 0o7777
         )));
     }
-    let canonical = std::fs::canonicalize(dir)?;
-    for ancestor in dir.ancestors().skip(1).chain(canonical.ancestors().skip(1)) {
-        let Ok(meta) = std::fs::symlink_metadata(ancestor) else { continue };
+    // Every hop of the resolution, links included, component by component.
+    let mut pending: Vec<std::ffi::OsString> =
+        dir.components().rev().map(|c| c.as_os_str().to_owned()).collect();
+    let mut at = PathBuf::from("/");
+    let mut links = 0;
+    while let Some(name) = pending.pop() {
+        if name == "/" || name == "." {
+            continue;
+        }
+        if name == ".." {
+            at.pop();
+            continue;
+        }
+        let next = at.join(&name);
+        let meta = std::fs::symlink_metadata(&next)?;
         let owner_ok = meta.uid() == 0 || meta.uid() == uid;
-        let open_to_others = !meta.file_type().is_symlink()
-            && meta.mode() & 0o022 != 0
-            && meta.mode() & libc::S_ISVTX == 0;
+        let is_link = meta.file_type().is_symlink();
+        let open_to_others =
+            !is_link && meta.mode() & 0o022 != 0 && meta.mode() & libc::S_ISVTX == 0;
         if !owner_ok || open_to_others {
             return Err(refuse(format!(
                 "the socket's directory {} lies in {}, which another user could change (uid {}, mode {:o})",
                 dir.display(),
-                ancestor.display(),
+                next.display(),
                 meta.uid(),
                 meta.mode() & 0o7777
             )));
+        }
+        if is_link {
+            links += 1;
+            if links > 40 {
+                return Err(refuse(format!("too many links on the way to {}", dir.display())));
+            }
+            let target = std::fs::read_link(&next)?;
+            if target.is_absolute() {
+                at = PathBuf::from("/");
+            }
+            pending.extend(target.components().rev().map(|c| c.as_os_str().to_owned()));
+        } else {
+            at = next;
         }
     }
     Ok(())

@@ -77,6 +77,8 @@ pub(crate) struct Entry {
     pub(crate) write_ids: WriteIds,
     /// How its notifications are numbered (the dialect that started it).
     numbering: Numbering,
+    /// The dialect of its start, in which `process/list` names its sandbox too.
+    answer: crate::dialect::Dialect,
     master: Option<Box<dyn MasterPty + Send>>,
     tasks: JoinSet<()>,
 }
@@ -133,6 +135,7 @@ impl Entry {
             stdin: handles.stdin,
             write_ids: WriteIds::default(),
             numbering: params.numbering,
+            answer: params.answer,
             master: handles.master,
             tasks,
         })
@@ -307,10 +310,7 @@ impl Entry {
             running: self.is_running(),
             exit_code: self.exit().map(|e| e.code),
             signal: self.exit().and_then(|e| e.signal.clone()),
-            sandbox_type: crate::dialect::outbound::sandbox_type(
-                self.numbering.dialect(),
-                self.sandbox_type,
-            ),
+            sandbox_type: crate::dialect::outbound::sandbox_type(self.answer, self.sandbox_type),
         }
     }
 }

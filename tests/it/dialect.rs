@@ -2,7 +2,7 @@
 //! out of the root, a handle across a rename-over, envPolicy, sandbox
 //! contexts, upstream's command-line forms, and our client speaking it.
 
-use std::os::unix::fs::symlink;
+use std::os::unix::fs::{symlink, PermissionsExt};
 
 use exec_server::{ClientOptions, Dialect, StartParams};
 use serde_json::{json, Value};
@@ -119,6 +119,7 @@ async fn a_handle_keeps_reading_the_file_it_opened_across_a_rename_over() {
     );
     // Replace makes a new file: a hard link to the old one (perhaps outside a root) keeps its bytes.
     std::fs::write(dir.join("precious"), "precious").unwrap();
+    std::fs::set_permissions(dir.join("precious"), std::fs::Permissions::from_mode(0o600)).unwrap();
     std::fs::hard_link(dir.join("precious"), dir.join("hard")).unwrap();
     server
         .result(
@@ -131,6 +132,9 @@ async fn a_handle_keeps_reading_the_file_it_opened_across_a_rename_over() {
         .await;
     assert_eq!(std::fs::read(dir.join("precious")).unwrap(), b"precious");
     assert_eq!(std::fs::read(dir.join("hard")).unwrap(), b"over");
+    // The new file keeps the old one's mode: a private file stays private.
+    let mode = std::fs::metadata(dir.join("hard")).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
     // A process's memory (and any /proc or /sys pseudo-file) is no file for blocks.
     for mode in ["read", "replace"] {
         let reply = server
@@ -227,6 +231,9 @@ async fn a_managed_sandbox_context_runs_confined_and_disabled_runs_free() {
             _ => {}
         }
     }
+    let list = server.result("process/list", json!({})).await;
+    let named = &list["processes"][0]["sandboxType"];
+    assert_eq!(named, "linuxSeccomp", "the list names it as the start did");
     let text = String::from_utf8_lossy(&output).into_owned();
     assert!(
         text.ends_with("Read-only file system\nrefused\n"),
