@@ -15,7 +15,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::error::{self, io_error, FsOp};
-use super::write::create_temp;
+use super::read::open_regular;
+use super::write::{on_pseudo_filesystem, replace, Like};
 use super::{kind, sys, FsResult, Roots};
 use crate::protocol::{Base64, Empty, ErrorObject, OpenMode, ReadBlockResult};
 
@@ -156,24 +157,22 @@ fn check_free(handles: &HashMap<String, Arc<Handle>>, id: &str) -> FsResult<()> 
 fn open_read(roots: &Roots, path: &Path) -> FsResult<File> {
     let op = FsOp::Open;
     let located = roots.locate(path)?;
-    let handle = located.open(libc::O_PATH | libc::O_CLOEXEC).map_err(|e| located.fail(op, e))?;
-    let stat = sys::fstat(handle.as_fd()).map_err(io_error(op, path))?;
-    kind::require_regular(op, path, &stat)?;
+    let (file, stat) = open_regular(&located, op, true)?;
     kind::refuse_stdio(op, path, &stat)?;
-    refuse_pseudo(op, path, &handle)?;
-    kind::reopen(&handle, libc::O_RDONLY).map_err(io_error(op, path))
+    refuse_pseudo(op, path, &file)?;
+    Ok(file)
 }
 
-/// A fresh, empty file at `path`: a new inode renamed over what was there,
-/// so a hard link to the old file (perhaps outside the roots) is untouched,
-/// as `fs/writeFile` leaves it. Never through a final symlink.
+/// A fresh, empty file at `path`: a new inode renamed over what was there
+/// (`write::replace`, as `fs/writeFile` does), with the old file's mode and
+/// owner, so a hard link to the old file (perhaps outside the roots) is
+/// untouched. Never through a final symlink.
 fn open_replace(roots: &Roots, path: &Path) -> FsResult<File> {
     let op = FsOp::Open;
     let located = roots.locate(path)?;
     let entry = located.entry(op)?;
     refuse_pseudo(op, path, &entry.dir)?;
-    let mut existing = None;
-    match sys::fstatat(entry.dir.as_fd(), &entry.name, false) {
+    let existing = match sys::fstatat(entry.dir.as_fd(), &entry.name, false) {
         Ok(stat) if sys::file_type(&stat) == libc::S_IFLNK => {
             return Err(error::invalid_input(
                 op,
@@ -183,36 +182,23 @@ fn open_replace(roots: &Roots, path: &Path) -> FsResult<File> {
         }
         Ok(stat) => {
             kind::require_regular(op, path, &stat)?;
-            existing = Some(stat);
+            Some(stat)
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(located.fail(op, e)),
-    }
-    let (temp, file) = create_temp(entry.dir.as_fd(), &entry.name).map_err(io_error(op, path))?;
-    // The new file keeps what the old one had, as fs/writeFile does: its
-    // mode (a private file stays private) and, best effort, its owner.
-    let mode = existing.map_or(0o644, |stat| stat.st_mode & 0o7777);
-    if let Some(stat) = existing {
-        let _ = sys::fchown(file.as_fd(), stat.st_uid, stat.st_gid);
-    }
-    if let Err(e) = sys::fchmod(file.as_fd(), mode)
-        .and_then(|()| sys::renameat(entry.dir.as_fd(), &temp, entry.dir.as_fd(), &entry.name))
-    {
-        let _ = sys::unlinkat(entry.dir.as_fd(), &temp, false);
-        return Err(io_error(op, path)(e));
-    }
-    refuse_pseudo(op, path, &file)?;
-    Ok(file)
+    };
+    let like = Like {
+        mode: Some(existing.map_or(0o644, |stat| stat.st_mode & 0o7777)),
+        owner: existing.map(|stat| (stat.st_uid, stat.st_gid)),
+        durable: false,
+    };
+    replace(&entry, like, |_| Ok(())).map_err(io_error(op, path))
 }
 
 /// Block I/O at offsets means nothing on /proc and /sys pseudo-files (and
 /// `/proc/PID/mem` is a process's memory): refused, `fs/readFile` reads them.
 fn refuse_pseudo(op: FsOp, path: &Path, fd: &impl AsFd) -> FsResult<()> {
-    // SAFETY: statfs is plain data, filled in by fstatfs.
-    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: fstatfs writes only to `fs`, for a descriptor this function borrows.
-    let rc = unsafe { libc::fstatfs(std::os::fd::AsRawFd::as_raw_fd(&fd.as_fd()), &mut fs) };
-    if rc == 0 && matches!(fs.f_type, libc::PROC_SUPER_MAGIC | libc::SYSFS_MAGIC) {
+    if on_pseudo_filesystem(fd.as_fd()) {
         return Err(error::invalid_input(
             op,
             path,

@@ -4,8 +4,26 @@ use std::io::{self, Read, Seek, SeekFrom};
 use std::os::fd::AsFd;
 
 use super::error::{invalid_input, io_error, FsOp};
+use super::open::Located;
 use super::{kind, sys, too_large, FsResult, Roots, READ_LIMIT};
 use crate::protocol::{Base64, ReadFileParams, ReadFileResult};
+
+/// Opens what `located` names for reading, once it is known to be a regular
+/// file (checked on an `O_PATH` descriptor first, so a FIFO never blocks the
+/// open); a final symlink is followed only when `follow`. Returns its status too.
+pub(crate) fn open_regular(
+    located: &Located<'_>,
+    op: FsOp,
+    follow: bool,
+) -> FsResult<(std::fs::File, libc::stat)> {
+    let path = located.path();
+    let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
+    let handle = located.open(libc::O_PATH | nofollow).map_err(|e| located.fail(op, e))?;
+    let stat = sys::fstat(handle.as_fd()).map_err(io_error(op, path))?;
+    kind::require_regular(op, path, &stat)?;
+    let file = kind::reopen(&handle, libc::O_RDONLY).map_err(io_error(op, path))?;
+    Ok((file, stat))
+}
 
 /// Reads the whole file or `offset..offset+length`. A final symlink is followed
 /// unless `followSymlinks` is false, in which case it is refused as not a regular file.
@@ -13,11 +31,7 @@ pub(crate) fn read_file(roots: &Roots, params: ReadFileParams) -> FsResult<ReadF
     let op = FsOp::Read;
     let located = roots.locate(&params.path)?;
     let path = located.path();
-    let nofollow = if params.follow_symlinks.unwrap_or(true) { 0 } else { libc::O_NOFOLLOW };
-    let handle = located.open(libc::O_PATH | nofollow).map_err(|e| located.fail(op, e))?;
-    let stat = sys::fstat(handle.as_fd()).map_err(io_error(op, path))?;
-    kind::require_regular(op, path, &stat)?;
-    let mut file = kind::reopen(&handle, libc::O_RDONLY).map_err(io_error(op, path))?;
+    let (mut file, stat) = open_regular(&located, op, params.follow_symlinks.unwrap_or(true))?;
     // Pseudo-files (/proc, /sys) report size 0: their size is only known by reading.
     let size = u64::try_from(stat.st_size).unwrap_or(0);
     let sized = size > 0;

@@ -259,6 +259,7 @@ pub(crate) fn copy_entry(
             let like =
                 write::Like { mode: Some(stat.st_mode & 0o7777), owner: None, durable: false };
             write::replace(&entry, like, |file| io::copy(&mut source, file).map(drop))
+                .map(drop)
                 .map_err(io_error(op, here))
         }
         _ => Err(ErrorObject::invalid_request(super::copy::UNSUPPORTED)),

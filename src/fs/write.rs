@@ -62,8 +62,8 @@ pub(crate) fn write_file(roots: &Roots, mut params: WriteFileParams) -> FsResult
     Ok(Empty {})
 }
 
-/// Whether `dir` lies on procfs, sysfs or a similar kernel filesystem.
-fn on_pseudo_filesystem(dir: BorrowedFd<'_>) -> bool {
+/// Whether `dir` (or any file) lies on procfs, sysfs or a similar kernel filesystem.
+pub(crate) fn on_pseudo_filesystem(dir: BorrowedFd<'_>) -> bool {
     const PSEUDO: [i64; 7] = [
         0x9fa0,      // proc
         0x6265_6572, // sysfs
@@ -95,12 +95,13 @@ pub(crate) struct Like {
 
 /// Replaces `entry` with a new regular file that `fill` writes: the data goes to
 /// a temporary file in the same directory, is synced, and is renamed over the
-/// entry. On any failure the temporary file is removed and the entry is untouched.
+/// entry; the new file is returned, still open for writing. On any failure the
+/// temporary file is removed and the entry is untouched.
 pub(crate) fn replace(
     entry: &Entry,
     like: Like,
     fill: impl FnOnce(&mut std::fs::File) -> io::Result<()>,
-) -> io::Result<()> {
+) -> io::Result<std::fs::File> {
     let dir = entry.dir.as_fd();
     let (temp_name, mut file) = create_temp(dir, &entry.name)?;
     let _pending = PendingTemp::new(dir, &temp_name);
@@ -120,7 +121,7 @@ pub(crate) fn replace(
     if result.is_err() {
         let _ = sys::unlinkat(dir, &temp_name, false);
     }
-    result
+    result.map(|()| file)
 }
 
 /// Creates `.NAME.PID.N.tmp` (new, exclusive, never through a symlink) in `dir`.
