@@ -179,13 +179,26 @@ impl Launcher {
         if command.persistent {
             return Launcher::persistent(command, started, options).await;
         }
-        let Started { mut child, stdin, stdout, stderr, pid } = started;
+        let Started { child, stdin, stdout, stderr, pid } = started;
         let stdin = Arc::new(Mutex::new(Some(stdin)));
         let writer = SharedStdin(stdin.clone());
-        match Client::connect_with(stdout, writer, options).await {
+        let connected = Client::connect_with(stdout, writer, options).await;
+        Launcher::own(connected, child, stdin, pid, stderr, Arc::default()).await
+    }
+
+    /// The launcher of a stdio server (or bridge) `child` once its client has
+    /// connected; when it could not, the child is killed and reaped.
+    async fn own(
+        connected: Result<Client, Error>,
+        mut child: Child,
+        stdin: Arc<Mutex<Option<ChildStdin>>>,
+        pid: u32,
+        stderr: JoinHandle<()>,
+        bridges: Bridges,
+    ) -> Result<Launcher, Error> {
+        match connected {
             Ok(client) => {
                 let child = Some(child);
-                let bridges = Arc::default();
                 Ok(Launcher { client, child, stdin, pid, stderr, listening: false, bridges })
             }
             Err(error) => {
@@ -262,20 +275,9 @@ impl Launcher {
                 })
             })
         });
-        let mut child = child;
-        match Client::connect_resumable(connector, options).await {
-            Ok(client) => {
-                let stdin = Arc::default();
-                let child = Some(child);
-                Ok(Launcher { client, child, stdin, pid, stderr, listening: false, bridges })
-            }
-            Err(error) => {
-                let _ = child.start_kill();
-                let _ = child.wait().await;
-                stderr.abort();
-                Err(error)
-            }
-        }
+        let connected = Client::connect_resumable(connector, options).await;
+        // The client owns the first bridge's stdin (`Connector`), not the launcher.
+        Launcher::own(connected, child, Arc::default(), pid, stderr, bridges).await
     }
 }
 

@@ -18,12 +18,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use super::routing::Shared;
-use super::{check_server, read_lines, sends_closed};
+use super::{handshake, read_lines, round_trip, sends_closed};
 use crate::error::Error;
 use crate::protocol::*;
 use crate::transport;
@@ -112,32 +112,10 @@ async fn open(
     let reader = tokio::spawn(async move { read_lines(reader, &reading).await });
     let connection =
         Connection { lines, reader: Aborted(reader), _writer: writer, _keep: keep.map(Aborted) };
-    let id = shared.next_id();
-    let line = encode_request::<Initialize>(&id, &params)
-        .map_err(|e| Error::Encode(format!("initialize params: {e}")))?;
-    let value = request(shared, &connection.lines, id, line).await?;
-    let info: InitializeResult = serde_json::from_value(value)
-        .map_err(|e| Error::Protocol(format!("bad initialize result: {e}")))?;
-    check_server(shared.dialect(), &info)?;
+    let info = handshake(shared, &connection.lines, params).await?;
     let initialized = encode_notification::<Initialized>(&Empty {}, 64);
     connection.lines.send(initialized).await.map_err(|_| Error::Closed)?;
     Ok((connection, info))
-}
-
-/// Sends `line` (request `id`) on this connection and awaits its result.
-async fn request(
-    shared: &Shared,
-    lines: &mpsc::Sender<String>,
-    id: RequestId,
-    line: String,
-) -> Result<serde_json::Value, Error> {
-    let (tx, rx) = oneshot::channel();
-    shared.add_pending(id.clone(), tx)?;
-    if lines.send(line).await.is_err() {
-        shared.remove_pending(&id);
-        return Err(Error::Closed);
-    }
-    rx.await.map_err(|_| Error::Closed)?.map_err(Error::Rpc)
 }
 
 struct Supervisor {
@@ -254,13 +232,8 @@ impl Supervisor {
             self.catching.spawn(async move {
                 let id = shared.next_id();
                 let params = ReadParams::new(process_id.clone()).after_seq(last_seq);
-                let Ok(line) = encode_request::<ProcessRead>(&id, &params) else { return };
-                let line = crate::dialect::requests::request_line(shared.dialect(), line);
-                match request(&shared, &lines, id, line).await {
-                    Ok(value) => match serde_json::from_value::<ReadResult>(value) {
-                        Ok(read) => shared.caught_up(&process_id, read),
-                        Err(error) => tracing::warn!(%error, "bad process/read result"),
-                    },
+                match round_trip::<ProcessRead>(&shared, &lines, id, &params).await {
+                    Ok(read) => shared.caught_up(&process_id, read),
                     Err(error) => tracing::debug!(%error, %process_id, "catching up failed"),
                 }
             });

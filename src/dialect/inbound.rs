@@ -11,11 +11,10 @@ use std::path::PathBuf;
 use serde_json::{Map, Value};
 
 use super::contexts::{self, Confinement};
+use super::uri::PATH_KEYS;
 use super::{env, uri, Dialect, Numbering};
 use crate::protocol::{Base64, ErrorObject};
 
-/// Path parameters, each with a base64 twin (`pathBase64`) but `cwd`.
-const PATH_KEYS: [&str; 4] = ["path", "sourcePath", "destinationPath", "cwd"];
 /// fs methods that change the file system (confined by a managed sandbox context).
 const FS_WRITES: [&str; 5] =
     ["fs/writeFile", "fs/createDirectory", "fs/remove", "fs/copy", "fs/rename"];

@@ -8,11 +8,9 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
+use super::uri::PATH_KEYS;
 use super::{uri, Dialect};
 use crate::protocol::Base64;
-
-/// Path parameters and their base64 twins.
-const PATH_KEYS: [&str; 4] = ["path", "sourcePath", "destinationPath", "cwd"];
 
 /// `line`, an encoded request, in `dialect`.
 pub(crate) fn request_line(dialect: Dialect, line: String) -> String {

@@ -9,6 +9,10 @@ use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
+/// The params that hold a path (each but `cwd` with a base64 twin, `pathBase64`),
+/// written as file URIs in today's dialect.
+pub(crate) const PATH_KEYS: [&str; 4] = ["path", "sourcePath", "destinationPath", "cwd"];
+
 /// Whether `text` is written as a file URI (and must decode as one).
 pub(crate) fn is_uri(text: &str) -> bool {
     text.get(..5).is_some_and(|scheme| scheme.eq_ignore_ascii_case("file:"))

@@ -44,6 +44,8 @@ where
     // Fires when a resume with `takeover` wants this connection closed.
     let mut kicked = registration.as_ref().map(|r| r.registry().attached(r.id()));
     loop {
+        // A closed connection leaves this session detached rather than ended.
+        let live = registration.is_some() && state.initialized();
         let timer = state.table.next_deadline();
         let room = link.outbox.has_room();
         // A full fs queue holds the input back too (pipelined calls wait).
@@ -58,7 +60,7 @@ where
                 None => {
                     tracing::debug!("input ended");
                     input_open = false;
-                    if session_live(registration, state) {
+                    if live {
                         // What was sent before the end is answered first (a
                         // bridge half-closes after the last line), then the
                         // session detaches; a client that stops reading
@@ -77,7 +79,7 @@ where
             // and the connection ends at the EOF itself as usual.
             ended = &mut link.input_ended, if input_open && !take_input && !link.ending_seen => {
                 link.ending_seen = true;
-                if ended.is_ok() && session_live(registration, state) {
+                if ended.is_ok() && live {
                     // The lines before the end are still answered; the
                     // session detaches once they are, or at the linger.
                     tracing::debug!("input ended while replies wait");
@@ -106,7 +108,6 @@ where
                 Ok(permit) => link.outbox.send(permit, &link.lines),
                 Err(_) => {
                     input_open = false;
-                    let live = session_live(registration, state);
                     detaching |= output_gone(&mut link.outbox, live, &mut state.table, &mut drain_deadline);
                 }
             },
@@ -114,7 +115,6 @@ where
             // nothing was waiting to be sent: the connection is over all the same.
             () = link.lines.closed(), if !link.outbox.is_closed() => {
                 input_open = false;
-                let live = session_live(registration, state);
                 detaching |= output_gone(&mut link.outbox, live, &mut state.table, &mut drain_deadline);
             }
             kick = async {
@@ -127,7 +127,6 @@ where
                 if kick.is_ok() {
                     tracing::info!("another connection took the session over; closing this one");
                     input_open = false;
-                    let live = session_live(registration, state);
                     detaching |= output_gone(&mut link.outbox, live, &mut state.table, &mut drain_deadline);
                 }
             }
@@ -180,10 +179,6 @@ where
     let result = link.finish(&mut out).await;
     // Dropping the state kills what is left; fs calls still in a syscall are abandoned.
     Ended::Finished(result)
-}
-
-fn session_live<T>(registration: &Option<T>, state: &super::dispatch::State) -> bool {
-    registration.is_some() && state.initialized()
 }
 
 /// The output is gone: nothing more can be said, so the connection ends; a
