@@ -45,6 +45,44 @@ async fn open_session(peer: &mut WsPeer) -> String {
     reply["result"]["sessionId"].as_str().unwrap().to_owned()
 }
 
+/// Resumes `session` over a new WebSocket connection to `url`: its peer and
+/// the `initialize` reply. While the server has not noticed that the old
+/// connection is gone it answers -32010; then a new connection tries again.
+async fn resume_ws(url: &str, session: &str) -> (WsPeer, Value) {
+    loop {
+        let mut peer = WsPeer::connect(url).await;
+        let reply = initialize(&mut peer, Some(session)).await;
+        if reply["error"]["code"] != -32010 {
+            return (peer, reply);
+        }
+    }
+}
+
+/// [`resume_ws`] through a new `--connect` bridge to the daemon at `path`.
+async fn resume_bridge(path: &Path, session: &str) -> (Binary, Value) {
+    loop {
+        let mut next = bridge(path, &[]);
+        let params = json!({"clientName": "bridge", "resumeSessionId": session});
+        let reply = next.call("initialize", params).await;
+        if reply["error"]["code"] != -32010 {
+            return (next, reply);
+        }
+    }
+}
+
+/// Whether the tests run as root (to act as another user); otherwise says
+/// why `what` is skipped, and fails under `CI`.
+fn root_or_skip(what: &str) -> bool {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    let message = format!("not root: {what} (run as root; CI does)");
+    assert!(std::env::var_os("CI").is_none(), "{message}");
+    eprintln!("SKIPPED: {message}");
+    false
+}
+
 /// The next message on `peer` that `matches`, skipping others.
 async fn next_matching(peer: &mut WsPeer, what: &str, matches: impl Fn(&Value) -> bool) -> Value {
     loop {
@@ -72,15 +110,7 @@ async fn a_resumed_websocket_session_keeps_its_process_seq_and_writes() {
     );
     cut(&first);
     // The process keeps running while detached; a new connection resumes it.
-    let mut second = WsPeer::connect(&server.url).await;
-    let reply = loop {
-        let reply = initialize(&mut second, Some(&session)).await;
-        // The server may not have noticed the cut yet.
-        if reply["error"]["code"] != -32010 {
-            break reply;
-        }
-        second = WsPeer::connect(&server.url).await;
-    };
+    let (mut second, reply) = resume_ws(&server.url, &session).await;
     assert_eq!(reply["result"]["sessionId"], json!(session));
     second.send_text(r#"{"method":"initialized"}"#).await;
     let write = |id: i64| {
@@ -294,16 +324,7 @@ async fn a_killed_bridge_is_followed_by_one_that_resumes_and_a_sigkilled_daemon_
         String::from_utf8(unb64(&output["chunk"])).unwrap().trim().parse().unwrap();
     first.child.start_kill().unwrap();
     first.child.wait().await.unwrap();
-    let mut second = bridge(&path, &[]);
-    let resumed = loop {
-        let reply = second
-            .call("initialize", json!({"clientName": "bridge", "resumeSessionId": session}))
-            .await;
-        if reply["error"]["code"] != -32010 {
-            break reply;
-        }
-        second = bridge(&path, &[]);
-    };
+    let (mut second, resumed) = resume_bridge(&path, &session).await;
     assert_eq!(resumed["result"]["sessionId"], json!(session));
     second.send_line(r#"{"method":"initialized"}"#).await;
     let list = second.result("process/list", json!({})).await;
@@ -322,11 +343,7 @@ async fn a_killed_bridge_is_followed_by_one_that_resumes_and_a_sigkilled_daemon_
 
 #[tokio::test]
 async fn a_daemon_refuses_another_user_and_a_public_directory() {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        let message = "not root: cannot connect as another user (run as root; CI does)";
-        assert!(std::env::var_os("CI").is_none(), "{message}");
-        eprintln!("SKIPPED: {message}");
+    if !root_or_skip("cannot connect as another user") {
         return;
     }
     let path = socket_path("peer");
@@ -466,11 +483,7 @@ async fn a_stream_client_and_bridge_start_and_answer_by_hand() {
 
 #[tokio::test]
 async fn a_bridge_refuses_a_directory_another_user_controls_and_writes_no_log_there() {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        let message = "not root: cannot plant files as another user (run as root; CI does)";
-        assert!(std::env::var_os("CI").is_none(), "{message}");
-        eprintln!("SKIPPED: {message}");
+    if !root_or_skip("cannot plant files as another user") {
         return;
     }
     let dir = scratch("daemon-planted").join("planted");
@@ -553,13 +566,7 @@ async fn a_resume_with_takeover_closes_a_dead_connection_still_attached() {
     // The stale connection is closed by the server...
     assert_eq!(stale.next().await, None);
     // ...and a retry resumes.
-    let reply = loop {
-        let mut retry = WsPeer::connect(&server.url).await;
-        let reply = initialize(&mut retry, Some(&session)).await;
-        if reply["error"]["code"] != -32010 {
-            break reply;
-        }
-    };
+    let (_retry, reply) = resume_ws(&server.url, &session).await;
     assert_eq!(reply["result"]["sessionId"], json!(session));
 }
 
@@ -576,15 +583,7 @@ async fn detached_sessions_leave_room_for_connections_and_second_daemons_find_th
     first.child.start_kill().unwrap();
     first.child.wait().await.unwrap();
     // With one connection allowed, the detached session does not hold it.
-    let reply = loop {
-        let mut next = bridge(&path, &[]);
-        let reply = next
-            .call("initialize", json!({"clientName": "room", "resumeSessionId": session}))
-            .await;
-        if reply["error"]["code"] != -32010 {
-            break reply;
-        }
-    };
+    let (_next, reply) = resume_bridge(&path, session.as_str().unwrap()).await;
     assert_eq!(reply["result"]["sessionId"], session);
     // A lock file gone (a cleaner) does not let a second daemon steal the socket.
     std::fs::remove_file(format!("{}.lock", path.display())).unwrap();
@@ -633,12 +632,7 @@ async fn an_exit_while_detached_stays_readable_past_the_id_reservation() {
     wait_dead(pid).await;
     // Not a synchronisation: the reservation must have passed while detached.
     tokio::time::sleep(reservation * 2).await;
-    let mut back = loop {
-        let mut back = WsPeer::connect(&url).await;
-        if initialize(&mut back, Some(&session)).await["error"]["code"] != -32010 {
-            break back;
-        }
-    };
+    let (mut back, _) = resume_ws(&url, &session).await;
     back.send_text(r#"{"method":"initialized"}"#).await;
     let read = json!({"id": 5, "method": "process/read", "params": {"processId": "p", "afterSeq": 0, "waitMs": 10000}});
     let result = loop {
