@@ -75,14 +75,15 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    let mut times = Vec::new();
-    for _ in 0..RUNS {
+    median_of(|| {
         let start = Instant::now();
-        f().await;
-        times.push(start.elapsed());
-    }
-    times.sort();
-    times[RUNS / 2]
+        let run = f();
+        async move {
+            run.await;
+            start.elapsed()
+        }
+    })
+    .await
 }
 
 fn mib_per_s(bytes: u64, time: Duration) -> f64 {
