@@ -150,8 +150,10 @@ impl Drop for FileActions {
 struct Attributes(libc::posix_spawnattr_t);
 
 impl Attributes {
-    /// A new session, an empty signal mask, and default dispositions for the
-    /// signals a Rust program ignores (SIGPIPE): children start clean.
+    /// A new session, an empty signal mask, and every signal's default
+    /// disposition: children start clean even when the server was started
+    /// ignoring some (SIGPIPE in a Rust program; SIGINT and SIGQUIT under
+    /// `nohup` or as a background job of a script).
     fn new() -> io::Result<Attributes> {
         // SAFETY: zeroed storage that init fills in.
         let mut attributes: libc::posix_spawnattr_t = unsafe { std::mem::zeroed() };
@@ -161,14 +163,18 @@ impl Attributes {
         // SAFETY: sigset_t is plain data, filled in by sigemptyset.
         let mut empty: libc::sigset_t = unsafe { std::mem::zeroed() };
         let mut defaults: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: valid sigset storage; valid signal numbers.
+        // SAFETY: valid sigset storage; valid signal numbers; a sigset_t is
+        // at least one u64 of signal bits, suitably aligned.
         unsafe {
             libc::sigemptyset(&mut empty);
-            libc::sigemptyset(&mut defaults);
-            for signal in [libc::SIGPIPE, libc::SIGUSR1, libc::SIGUSR2, libc::SIGALRM, libc::SIGHUP]
-            {
-                libc::sigaddset(&mut defaults, signal);
-            }
+            libc::sigfillset(&mut defaults);
+            libc::sigdelset(&mut defaults, libc::SIGKILL);
+            libc::sigdelset(&mut defaults, libc::SIGSTOP);
+            // glibc's full set leaves out its two internal signals (32 and
+            // 33), and its spawn otherwise leaves them ignored, which exec
+            // keeps: set their bits by hand (signal n is bit n - 1 of the
+            // set's first word on Linux).
+            *(&mut defaults as *mut libc::sigset_t).cast::<u64>() |= (1 << 31) | (1 << 32);
         }
         let flags = libc::POSIX_SPAWN_SETSID
             | libc::POSIX_SPAWN_SETSIGMASK as libc::c_short

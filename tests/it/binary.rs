@@ -199,6 +199,30 @@ async fn sigint_to_a_sleep_reports_130() {
     );
 }
 
+/// A server started ignoring SIGINT and SIGQUIT (a script's background job,
+/// `nohup`) starts its children with every signal at its default and none blocked.
+#[tokio::test]
+async fn children_start_with_default_signals_when_the_server_ignores_some() {
+    let mut command = tokio::process::Command::new("sh");
+    command.args(["-c", r#"trap '' INT QUIT HUP PIPE USR1; exec "$0""#, BIN]);
+    let mut server = Binary::from_command(command);
+    server.result("initialize", json!({"clientName": "binary-test"})).await;
+    server.send_line(r#"{"method":"initialized"}"#).await;
+    let status = ["grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"];
+    server.result("process/start", start_params("s", &status, json!({}))).await;
+    let output = server.notification("process/output", "s").await;
+    assert_eq!(
+        String::from_utf8(unb64(&output["chunk"])).unwrap(),
+        "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n"
+    );
+    server.result("process/start", start_params("z", &["sleep", "30"], json!({}))).await;
+    server.result("process/signal", json!({"processId": "z", "signal": "interrupt"})).await;
+    assert_eq!(
+        server.notification("process/exited", "z").await,
+        json!({"processId": "z", "seq": 0, "exitCode": 130, "signal": "SIGINT"})
+    );
+}
+
 #[tokio::test]
 async fn signals_reach_the_whole_group() {
     let mut server = Binary::ready(&[]).await;
