@@ -304,6 +304,18 @@ impl Client {
         EventStream { receiver: self.inner.shared.subscribe() }
     }
 
+    /// Ends the session now (`session/end`): the server kills every process
+    /// it started for this client, with their descendants, forgets the
+    /// session and closes the connection, which is not resumed. Dropping a
+    /// resumable client (WebSocket, a persistent launch) only detaches its
+    /// session, which the server ends after its ttl.
+    pub async fn end_session(&self) -> Result<(), Error> {
+        self.inner.shared.set_ending();
+        let ended = self.call::<SessionEnd>(&Empty {}).await;
+        self.close();
+        ended.map(|_: Empty| ())
+    }
+
     /// Closes the output; the server sees end of input and shuts the connection down.
     pub fn close(&self) {
         lock(&self.inner.outgoing).take();

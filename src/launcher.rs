@@ -161,6 +161,8 @@ pub struct Launcher {
     /// In daemon mode, the bridges started after the first (one per resume),
     /// with their stderr forwarders.
     bridges: Bridges,
+    /// Daemon mode: the session outlives the bridge, so dropping ends it.
+    persistent: bool,
 }
 
 impl Launcher {
@@ -199,7 +201,17 @@ impl Launcher {
         match connected {
             Ok(client) => {
                 let child = Some(child);
-                Ok(Launcher { client, child, stdin, pid, stderr, listening: false, bridges })
+                let persistent = false;
+                Ok(Launcher {
+                    client,
+                    child,
+                    stdin,
+                    pid,
+                    stderr,
+                    listening: false,
+                    bridges,
+                    persistent,
+                })
             }
             Err(error) => {
                 let _ = child.start_kill();
@@ -233,7 +245,17 @@ impl Launcher {
                 let stdin = Arc::new(Mutex::new(Some(stdin)));
                 let child = Some(child);
                 let bridges = Arc::default();
-                Ok(Launcher { client, child, stdin, pid, stderr, listening: true, bridges })
+                let persistent = false;
+                Ok(Launcher {
+                    client,
+                    child,
+                    stdin,
+                    pid,
+                    stderr,
+                    listening: true,
+                    bridges,
+                    persistent,
+                })
             }
             Err(error) => Err(started.abandon(error).await),
         }
@@ -277,7 +299,10 @@ impl Launcher {
         });
         let connected = Client::connect_resumable(connector, options).await;
         // The client owns the first bridge's stdin (`Connector`), not the launcher.
-        Launcher::own(connected, child, Arc::default(), pid, stderr, bridges).await
+        let mut launcher =
+            Launcher::own(connected, child, Arc::default(), pid, stderr, bridges).await?;
+        launcher.persistent = true;
+        Ok(launcher)
     }
 }
 
@@ -413,16 +438,33 @@ impl Drop for Launcher {
     /// never blocks the runtime thread. Without a runtime, it waits here, as
     /// nothing else could.
     fn drop(&mut self) {
-        self.close_stdin();
-        for (mut bridge, stderr) in lock(&self.bridges).drain(..) {
-            // A bridge: its end only detaches the session, which the daemon ends after its ttl.
-            let _ = bridge.start_kill();
-            stderr.abort();
+        // A bridge's end only detaches the session: in daemon mode the
+        // session is ended first (its processes go now, not after the
+        // daemon's ttl), then the bridges.
+        let ending = self.persistent.then(|| self.client.clone());
+        if ending.is_none() {
+            self.close_stdin();
         }
-        let Some(mut child) = self.child.take() else { return };
+        let bridges: Vec<_> = lock(&self.bridges).drain(..).collect();
+        let Some(mut child) = self.child.take() else {
+            for (mut bridge, stderr) in bridges {
+                let _ = bridge.start_kill();
+                stderr.abort();
+            }
+            return;
+        };
         let (pid, listening) = (self.pid, self.listening);
         let stderr = self.stderr.abort_handle();
         let reap = async move {
+            if let Some(client) = ending {
+                let _ = tokio::time::timeout(DROP_GRACE, client.end_session()).await;
+                client.close();
+            }
+            for (mut bridge, stderr) in bridges {
+                let _ = bridge.start_kill();
+                let _ = bridge.wait().await;
+                stderr.abort();
+            }
             let _ = end(&mut child, pid, DROP_GRACE, !listening).await;
             stderr.abort();
         };

@@ -664,13 +664,16 @@ impl ProcessTable {
         !self.entries.is_empty() || !self.starting.is_empty()
     }
 
-    /// A blocking sweep (it reads `/proc`) that kills the descendants which
-    /// left the sessions of the running processes: run it, off the loop,
-    /// before [`ProcessTable::kill_all`] when a session ends.
-    pub(crate) fn escaped_killer(&self) -> impl FnOnce() -> usize + Send + 'static {
+    /// A blocking sweep (it reads `/proc`) that ends every family of this
+    /// session, the descendants that left its sessions (setsid) included,
+    /// with none able to slip away meanwhile (see [`tree::end_families`]):
+    /// run it off the loop when a session ends, before
+    /// [`ProcessTable::kill_all`].
+    pub(crate) fn family_ender(&self) -> impl FnOnce() -> usize + Send + 'static {
         let leaders: Vec<u32> =
             self.entries.values().filter(|e| e.is_running()).map(|e| e.pid).collect();
-        move || tree::kill_escaped(&leaders)
+        let sessions: Vec<Session> = self.entries.values().map(Entry::session).collect();
+        move || tree::end_families(&leaders, &sessions)
     }
 
     /// While held (a detached session), exited processes are not forgotten
@@ -684,6 +687,15 @@ impl ProcessTable {
             for serial in serials {
                 self.timers.schedule(now + self.limits.reservation, Timer::Forget(serial));
             }
+        }
+    }
+
+    /// Ends the session at its client's word (`session/end`): one
+    /// [`ProcessTable::family_ender`] sweep, off the loop.
+    pub(crate) fn end_session(&mut self) {
+        self.closing = true;
+        if !self.entries.is_empty() {
+            self.sweeps.spawn_blocking(self.family_ender());
         }
     }
 

@@ -143,7 +143,8 @@ impl Supervisor {
                 self.shared.close();
                 return;
             }
-            let Some(session) = self.session_id.clone().filter(|_| !self.within.is_zero()) else {
+            let resumable = !self.within.is_zero() && !self.shared.is_ending();
+            let Some(session) = self.session_id.clone().filter(|_| resumable) else {
                 self.shared.close();
                 return;
             };

@@ -75,6 +75,8 @@ pub(crate) struct Shared {
     dialect: Mutex<crate::dialect::Dialect>,
     /// Why the connection ended for good, when it was not simply closed (a session lost).
     lost: Mutex<Option<String>>,
+    /// The client asked to end its session: the connection's end is not a loss to resume from.
+    ending: AtomicBool,
 }
 
 impl Default for Shared {
@@ -91,6 +93,7 @@ impl Default for Shared {
             write_prefix: crate::sessions::new_id(),
             next_write: AtomicU64::new(1),
             lost: Mutex::new(None),
+            ending: AtomicBool::new(false),
             dialect: Mutex::default(),
         }
     }
@@ -161,6 +164,16 @@ impl Shared {
             retry.iter().map(|(id, line)| (id.clone(), line.clone())).collect();
         lines.sort_by_key(|(id, _)| id.as_i64());
         lines.into_iter().map(|(_, line)| line).collect()
+    }
+
+    /// The client is ending its session (`session/end`): when the connection
+    /// ends now, it is closed, not resumed.
+    pub(crate) fn set_ending(&self) {
+        self.ending.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn is_ending(&self) -> bool {
+        self.ending.load(Ordering::Relaxed)
     }
 
     /// Ends the connection for good because `reason` (a session that cannot

@@ -42,6 +42,7 @@ pub(crate) struct Signal(pub(crate) libc::c_int);
 impl Signal {
     pub(crate) const KILL: Signal = Signal(libc::SIGKILL);
     pub(crate) const TERM: Signal = Signal(libc::SIGTERM);
+    pub(crate) const STOP: Signal = Signal(libc::SIGSTOP);
 
     /// Parses `SIGINT`, `INT`, `sigint` or `interrupt`.
     pub(crate) fn parse(name: &str) -> Result<Signal, String> {

@@ -107,29 +107,32 @@ pub(crate) fn signal_sessions(sessions: &[Session], signals: &[Signal]) -> usize
     signalled
 }
 
-/// SIGKILLs every process that left the sessions of `leaders` (it called
-/// `setsid`) but still descends from one of them; returns how many. Called
-/// before the leaders are killed, while the family tree still shows who
-/// started whom. Runs off the server loop (it reads `/proc`).
-pub(crate) fn kill_escaped(leaders: &[u32]) -> usize {
-    if leaders.is_empty() {
-        return 0;
-    }
+/// Ends whole families, leaving none a way out: every process of
+/// `sessions`, and every descendant of the running `leaders` that left them
+/// (it called `setsid`), is first stopped, pass after pass until a pass finds
+/// none still running (a stopped process can neither fork nor call setsid,
+/// and its children stay its children); then all of them are found while
+/// the stopped tree still shows who started whom, and only then killed (a
+/// parent killed first would hand its children to us); then the sessions
+/// are swept once more. Returns how many were killed. Runs off the
+/// server loop (it reads `/proc`).
+pub(crate) fn end_families(leaders: &[u32], sessions: &[Session]) -> usize {
+    let me = std::process::id();
+    let ours = |stat: Stat| {
+        let in_session = sessions.iter().any(|session| {
+            stat.sid == session.sid && (stat.start < session.bound || descends_from(stat, me))
+        });
+        in_session || leaders.iter().any(|&leader| descends_from(stat, leader))
+    };
+    let others = || all_pids().into_iter().filter(move |&pid| pid != me);
     until_none_left(|| {
-        let mut killed = 0;
-        for pid in all_pids() {
-            if leaders.contains(&pid) {
-                continue;
-            }
-            let escaped = |stat: Stat| {
-                !leaders.contains(&stat.sid) && leaders.iter().any(|&l| descends_from(stat, l))
-            };
-            if signal_if(pid, &[Signal::KILL], escaped) {
-                killed += 1;
-            }
-        }
-        killed
-    })
+        let running = |stat: Stat| !matches!(stat.state, b'T' | b't') && ours(stat);
+        others().filter(|&pid| signal_if(pid, &[Signal::STOP], running)).count()
+    });
+    let doomed: Vec<OwnedFd> = others().filter_map(|pid| pidfd_if(pid, ours)).collect();
+    let killed =
+        doomed.iter().filter(|pidfd| pidfd_send_signal(pidfd, Signal::KILL).is_ok()).count();
+    killed + signal_sessions(sessions, &[Signal::KILL])
 }
 
 /// The session id of `pid` (one syscall, no file: the cheap filter before a check).
@@ -144,17 +147,21 @@ pub(crate) fn session_of(pid: u32) -> Option<u32> {
 /// reach the very process checked even if `pid` is reused meanwhile. True when
 /// every signal was delivered.
 pub(crate) fn signal_if(pid: u32, signals: &[Signal], check: impl FnOnce(Stat) -> bool) -> bool {
-    let Ok(pidfd) = pidfd_open(pid) else { return false };
-    let Ok(stat) = stat(pid) else { return false };
-    if stat.state == b'Z' || !check(stat) {
-        return false;
-    }
+    let Some(pidfd) = pidfd_if(pid, check) else { return false };
     // Every signal is sent, even after one failed.
     let mut delivered = true;
     for signal in signals {
         delivered &= pidfd_send_signal(&pidfd, *signal).is_ok();
     }
     delivered
+}
+
+/// A pidfd for process `pid` if it is alive and `check` accepts what `/proc`
+/// says of it (opened before the check: it names the very process checked).
+fn pidfd_if(pid: u32, check: impl FnOnce(Stat) -> bool) -> Option<OwnedFd> {
+    let pidfd = pidfd_open(pid).ok()?;
+    let stat = stat(pid).ok()?;
+    (stat.state != b'Z' && check(stat)).then_some(pidfd)
 }
 
 /// Runs `pass` (a sweep returning how many it signalled) until one finds

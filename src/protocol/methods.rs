@@ -114,6 +114,8 @@ methods! {
     WriteBlock = "fs/writeBlock" (WriteBlockParams) -> Empty;
     /// `fs/close`: close a handle (today's dialect).
     Close = "fs/close" (HandleParams) -> Empty;
+    /// `session/end`: end this session now, its processes killed (Part B).
+    SessionEnd = "session/end" (Empty) -> Empty;
 }
 
 notifications! {

@@ -151,6 +151,17 @@ where
                 break;
             }
         }
+        if state.take_ended() {
+            // The client ended its session (`session/end`): nobody can
+            // resume it, nothing more is read, and the connection closes
+            // once its processes are gone and the reply is out.
+            tracing::info!(session = %state.session_id(), "session ended by its client");
+            *registration = None;
+            kicked = None;
+            input_open = false;
+            detach_when_quiet = false;
+            drain_deadline = Some(Instant::now() + KILL_DRAIN);
+        }
         link.outbox.extend(&mut out);
         if let Some((wake, request, session_id)) = claimed.take() {
             return Ended::Resume { wake, handoff: Handoff { link, request, session_id } };

@@ -62,6 +62,8 @@ pub(super) struct State {
     sessions: Option<Arc<Sessions>>,
     /// Set by an `initialize` that resumes another session.
     claimed: Option<Claimed>,
+    /// Set by `session/end`: the connection closes and nobody can resume the session.
+    ended: bool,
     /// The client has spoken today's dialect (a file URI, `environment/*`):
     /// refused writes are answered with a status.
     today: bool,
@@ -86,6 +88,7 @@ impl State {
             session_id,
             sessions,
             claimed: None,
+            ended: false,
             today: false,
             fs: FsCalls::new(roots.clone()),
             watches: Watcher::new(roots.clone()),
@@ -114,6 +117,11 @@ impl State {
     /// The session this connection asked to resume, claimed for it.
     pub(super) fn take_claimed(&mut self) -> Option<Claimed> {
         self.claimed.take()
+    }
+
+    /// Whether the client has just ended its session (`session/end`).
+    pub(super) fn take_ended(&mut self) -> bool {
+        std::mem::take(&mut self.ended)
     }
 
     /// The connection is gone and the session detaches: what belonged to
@@ -359,6 +367,14 @@ impl State {
                 call::<ProcessResize>(&id, params, |p| table.resize(p).map(|()| Empty {}))
             }
             ProcessList::NAME => call::<ProcessList>(&id, params, |_| Ok(table.list())),
+            SessionEnd::NAME => {
+                let ended = &mut self.ended;
+                call::<SessionEnd>(&id, params, |_| {
+                    table.end_session();
+                    *ended = true;
+                    Ok(Empty {})
+                })
+            }
             other => {
                 let error = ErrorObject::new(
                     codes::METHOD_NOT_FOUND,
@@ -375,6 +391,7 @@ impl State {
         let area = match method {
             EnvironmentInfo::NAME => "environment info",
             EnvironmentStatus::NAME => "environment status",
+            SessionEnd::NAME => "session",
             m if m.starts_with("fs/") => "filesystem",
             _ => "exec",
         };

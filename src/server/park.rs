@@ -60,7 +60,7 @@ where
     }
     // Descendants that left their sessions first, while their parents still
     // show where they came from.
-    let escaped = tokio::task::spawn_blocking(state.table.escaped_killer()).await;
+    let escaped = tokio::task::spawn_blocking(state.table.family_ender()).await;
     if let Some(count) = escaped.ok().filter(|&count| count > 0) {
         tracing::debug!(count, "killed descendants that had left their sessions");
     }

@@ -171,6 +171,21 @@ async fn sigterm_kills_the_children_and_exits_zero() {
     assert!(is_dead(grandchild), "grandchild {grandchild} outlived the server");
 }
 
+/// Over stdio, `session/end` is an EOF that is answered: the tree dies,
+/// and the server exits 0 once the reply is out.
+#[tokio::test]
+async fn session_end_over_stdio_kills_the_tree_and_ends_the_server() {
+    let mut server = Binary::ready(&[]).await;
+    let script = "sleep 30 & echo $!; wait";
+    server.result("process/start", start_params("s", &["sh", "-c", script], json!({}))).await;
+    let output = server.notification("process/output", "s").await;
+    let grandchild: u32 =
+        String::from_utf8(unb64(&output["chunk"])).unwrap().trim().parse().unwrap();
+    assert_eq!(server.result("session/end", json!({})).await, json!({}));
+    assert_eq!(server.exit_code().await, Some(0));
+    wait_dead(grandchild).await;
+}
+
 #[tokio::test]
 async fn malformed_lines_keep_the_binary_serving() {
     let mut server = Binary::ready(&["--max-message-bytes", "100"]).await;

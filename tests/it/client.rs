@@ -21,7 +21,8 @@ fn params(id: &str, argv: &[&str]) -> StartParams {
 async fn handshake_exposes_capabilities() {
     let client = Client::in_process(Config::default()).await.unwrap();
     let capabilities = client.capabilities();
-    assert_eq!(capabilities.methods.len(), 26);
+    assert_eq!(capabilities.methods.len(), 27);
+    assert_eq!(capabilities.methods.last().map(String::as_str), Some("session/end"));
     assert!(capabilities.methods.contains(&"fs/rename".to_owned()));
     assert!(capabilities.methods.contains(&"fs/watch".to_owned()));
     assert_eq!(

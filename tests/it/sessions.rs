@@ -553,6 +553,49 @@ async fn a_session_ending_kills_descendants_that_left_its_sessions() {
     wait_dead(escaped).await;
 }
 
+/// `session/end` (with the default ttl, longer than any wait here): the
+/// tree goes at once, setsid'd descendants included, the connection closes
+/// after the reply, and the id is forgotten.
+#[tokio::test]
+async fn a_session_ended_by_its_client_goes_at_once_and_cannot_be_resumed() {
+    let server = WsServer::start(&["--listen", "ws://127.0.0.1:0"]).await;
+    let mut peer = WsPeer::connect(&server.url).await;
+    let session = open_session(&mut peer).await;
+    let script = "sleep 1000 & echo $!; setsid sleep 1000 & echo $!; wait";
+    let start = json!({"id": 2, "method": "process/start", "params": start_params("tree", &["sh", "-c", script], json!({}))});
+    peer.send_text(&start.to_string()).await;
+    let mut printed = String::new();
+    while printed.lines().count() < 2 {
+        let output =
+            next_matching(&mut peer, "the two pids", |m| m["method"] == "process/output").await;
+        printed.push_str(&String::from_utf8(unb64(&output["params"]["chunk"])).unwrap());
+    }
+    let pids: Vec<u32> = printed.lines().map(|line| line.parse().unwrap()).collect();
+    peer.send_text(r#"{"id":3,"method":"process/list","params":{}}"#).await;
+    let list = next_matching(&mut peer, "the list", |m| m["id"] == 3).await;
+    let child = list["result"]["processes"][0]["pid"].as_u64().unwrap() as u32;
+    peer.send_text(r#"{"id":4,"method":"session/end","params":{}}"#).await;
+    assert_eq!(
+        next_matching(&mut peer, "the end", |m| m["id"] == 4).await,
+        json!({"id": 4, "result": {}})
+    );
+    for pid in [child, pids[0], pids[1]] {
+        wait_dead(pid).await;
+    }
+    // The connection closes: only the exit and close of the process may come before.
+    while let Some(message) = peer.next().await {
+        assert!(
+            ["process/exited", "process/closed"].contains(&message["method"].as_str().unwrap()),
+            "{message}"
+        );
+    }
+    let mut late = WsPeer::connect(&server.url).await;
+    assert_eq!(
+        initialize(&mut late, Some(&session)).await["error"]["message"],
+        json!(format!("unknown session id {session}"))
+    );
+}
+
 #[tokio::test]
 async fn a_resume_with_takeover_closes_a_dead_connection_still_attached() {
     let server = WsServer::start(&["--listen", "ws://127.0.0.1:0"]).await;

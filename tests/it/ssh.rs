@@ -195,6 +195,29 @@ async fn a_remote_without_exec_server_gets_this_binary_installed() {
     assert_eq!(std::fs::metadata(&installed).unwrap().modified().unwrap(), modified);
 }
 
+/// A persistent launch's drop ends its session at once: the daemon's ttl
+/// (30 s by default, longer than any wait here) does not keep the tree alive.
+#[tokio::test]
+async fn dropping_a_persistent_launcher_ends_its_session_at_once() {
+    let Some(sshd) = Sshd::start("persistent-drop").await else { return };
+    let socket = sshd.dir.join("run").join("daemon.sock");
+    let command = sshd.command().remote_program(BIN).persistent_at(socket.to_str().unwrap());
+    let launcher = within("a persistent launch", Launcher::spawn(command)).await.unwrap();
+    let client = launcher.client().clone();
+    let script = "sleep 1000 & echo $!; wait";
+    let mut process = client.start(StartParams::new("p", ["sh", "-c", script], "/")).await.unwrap();
+    let output = within("the grandchild's pid", process.next_output()).await.unwrap().unwrap();
+    let grandchild: u32 = String::from_utf8(output.bytes).unwrap().trim().parse().unwrap();
+    let child = client.list(exec_server::protocol::Empty {}).await.unwrap().processes[0].pid;
+    let daemon = crate::support::peer_pid(&socket) as libc::pid_t;
+    drop((process, client, launcher));
+    wait_dead(child).await;
+    wait_dead(grandchild).await;
+    // SAFETY: kill(2) of the daemon this test started.
+    assert_eq!(unsafe { libc::kill(daemon, libc::SIGKILL) }, 0);
+    wait_dead(daemon as u32).await;
+}
+
 #[tokio::test]
 async fn a_persistent_launch_survives_a_killed_ssh_client_and_its_handle_sees_everything() {
     let Some(sshd) = Sshd::start("persistent").await else { return };
