@@ -84,6 +84,7 @@ pub(crate) fn main() -> ExitCode {
 pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
     // A sandboxed start re-executes this binary as its trampoline: it never returns.
     crate::sandbox::run_if_trampoline();
+    crate::process::run_if_watcher();
     let args: Vec<std::ffi::OsString> = args.into_iter().collect();
     let cli = Cli::parse_from(&args);
     // The bridge needs none of the server's machinery: it starts before any of it.
@@ -100,8 +101,8 @@ pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> E
         };
     }
     tune_allocator();
-    // Before any thread exists: the watcher is forked from this process.
-    let watcher = host::start_watcher();
+    // Started (this binary again) when the first child is.
+    host::want_watcher();
     let filter = match &cli.log_level {
         Some(level) => EnvFilter::try_new(level),
         None => EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new("warn")),
@@ -119,9 +120,6 @@ pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> E
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
         .init();
-    if let Err(error) = watcher {
-        tracing::warn!(%error, "cannot start the watcher; children may outlive a SIGKILLed server");
-    }
     if let Err(error) = host::become_subreaper() {
         tracing::warn!(%error, "cannot become a child subreaper");
     }

@@ -6,10 +6,10 @@
 
 use std::io;
 
-/// Forks the watcher that kills every child session if this process dies, even
-/// by SIGKILL. Call it first thing in `main`, while the process has one thread.
-pub(crate) fn start_watcher() -> io::Result<()> {
-    crate::process::start_watcher()
+/// Asks for the watcher that kills every child session if this process dies,
+/// even by SIGKILL: this binary started again, before the first child.
+pub(crate) fn want_watcher() {
+    crate::process::want_watcher();
 }
 
 /// Makes this process a child subreaper: descendants orphaned by their parent

@@ -92,6 +92,7 @@ pub fn serve_if_requested() {
         std::process::exit(if code == std::process::ExitCode::SUCCESS { 0 } else { 1 });
     }
     sandbox::run_if_trampoline();
+    process::run_if_watcher();
 }
 
 /// The `exec-server` binary's `main`: flags, logging, signals, and the server.

@@ -24,6 +24,7 @@ pub(crate) use self::unix::{
 
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -177,11 +178,9 @@ where
                     if *attached.borrow() >= options.max_connections {
                         tracing::info!("too many connections; refused one");
                         match &accepted {
-                            Accepted::Tcp(stream, _) => {
-                                let _ = stream.try_write(handshake::BUSY);
-                            }
+                            Accepted::Tcp(stream, _) => refuse(stream.as_fd(), handshake::BUSY),
                             Accepted::Unix(stream) => {
-                                let _ = stream.try_write(unix::busy(options.max_connections).as_bytes());
+                                refuse(stream.as_fd(), unix::busy(options.max_connections).as_bytes());
                             }
                         }
                         continue;
@@ -293,18 +292,6 @@ struct Context {
 
 /// Starts the connection's thread (it answers 503 itself if its runtime cannot start).
 fn start_connection(accepted: Accepted, context: Context) {
-    let is_tcp = matches!(accepted, Accepted::Tcp(..));
-    let std_stream = match &accepted {
-        Accepted::Tcp(stream, _) => stream_fd(stream),
-        Accepted::Unix(stream) => stream_fd(stream),
-    };
-    let std_stream = match std_stream {
-        Ok(fd) => fd,
-        Err(error) => {
-            tracing::warn!(%error, "cannot hand a connection to its thread");
-            return;
-        }
-    };
     let thread = std::thread::Builder::new().name("exec-server-conn".into()).spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .max_blocking_threads(8)
@@ -340,8 +327,8 @@ fn start_connection(accepted: Accepted, context: Context) {
             Err(error) => {
                 tracing::debug!(%error, "cannot start a connection's runtime");
                 START_FAILURES.log(&error);
-                if is_tcp {
-                    let _ = std::io::Write::write(&mut &std_stream, handshake::BUSY);
+                if let Accepted::Tcp(stream, _) = &accepted {
+                    refuse(stream.as_fd(), handshake::BUSY);
                 }
             }
         }
@@ -353,10 +340,31 @@ fn start_connection(accepted: Accepted, context: Context) {
     }
 }
 
-/// A duplicate of the stream's descriptor, to answer 503 through when the
-/// connection's runtime cannot start.
-fn stream_fd(stream: &impl std::os::fd::AsFd) -> io::Result<std::fs::File> {
-    stream.as_fd().try_clone_to_owned().map(std::fs::File::from)
+/// Answers `answer` on a connection that will not be served, and lets it go
+/// gently: what the peer already sent is read first (a socket closed with
+/// unread input resets the connection, which can discard the answer before
+/// the peer reads it), and the answer is followed by end of file. Never
+/// waits: the socket is non-blocking.
+fn refuse(socket: BorrowedFd<'_>, answer: &[u8]) {
+    let fd = socket.as_raw_fd();
+    let drain = || {
+        let mut scratch = [0u8; 4096];
+        for _ in 0..16 {
+            // SAFETY: read(2) into a buffer of the given length.
+            let read = unsafe { libc::read(fd, scratch.as_mut_ptr().cast(), scratch.len()) };
+            if read <= 0 {
+                break;
+            }
+        }
+    };
+    drain();
+    // SAFETY: write(2) of a buffer of the given length, then shutdown(2), on a
+    // socket this function borrows.
+    unsafe {
+        libc::write(fd, answer.as_ptr().cast(), answer.len());
+        libc::shutdown(fd, libc::SHUT_WR);
+    }
+    drain();
 }
 
 async fn connection(mut stream: TcpStream, peer: SocketAddr, context: Context) {

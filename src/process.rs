@@ -33,12 +33,13 @@ use self::entry::Entry;
 use self::pumps::EventSender;
 pub(crate) use self::pumps::ProcEvent;
 use self::pumps::{StdinError, StdinOp, STDIN_LIMIT};
+pub(crate) use self::registry::want_watcher;
 pub(crate) use self::registry::{kill_descendants, reap_orphans};
 use self::signal::Signal;
 use self::spawn::SpawnError;
 use self::timers::{Timer, TimerKey, Timers};
 use self::tree::Session;
-pub(crate) use self::watcher::start as start_watcher;
+pub(crate) use self::watcher::run_if_watcher;
 use crate::dialect::outbound;
 use crate::fs::Roots;
 use crate::protocol::{

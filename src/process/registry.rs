@@ -11,7 +11,8 @@
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::Write;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, Once, OnceLock};
 
 use super::signal::Signal;
 use super::tree;
@@ -28,9 +29,30 @@ pub(crate) struct SpawnLock {
     leaders: MutexGuard<'static, Option<HashSet<u32>>>,
 }
 
-/// Locks the registry for a spawn.
+/// Locks the registry for a spawn; the first spawn starts the watcher
+/// first, if the binary asked for one ([`want_watcher`]).
 pub(crate) fn lock_for_spawn() -> SpawnLock {
-    SpawnLock { leaders: lock() }
+    let leaders = lock();
+    if WATCHER_WANTED.load(Ordering::Relaxed) {
+        WATCHER_STARTED.call_once(|| match super::watcher::spawn() {
+            Ok((pid, pipe)) => {
+                let _ = WATCHER_PID.set(pid);
+                let _ = WATCHER.set(Mutex::new(pipe));
+            }
+            Err(error) => tracing::warn!(%error, "cannot start the watcher; children may outlive a SIGKILLed server"),
+        });
+    }
+    SpawnLock { leaders }
+}
+
+/// Whether the binary wants a watcher (started at the first spawn).
+static WATCHER_WANTED: AtomicBool = AtomicBool::new(false);
+static WATCHER_STARTED: Once = Once::new();
+
+/// Asks for a watcher, started before the first child (the binary does; an
+/// embedder's program may not be able to run as one).
+pub(crate) fn want_watcher() {
+    WATCHER_WANTED.store(true, Ordering::Relaxed);
 }
 
 impl SpawnLock {
@@ -113,12 +135,6 @@ pub(crate) fn forgotten(pid: u32) {
     if let Some(watcher) = WATCHER.get() {
         tell(watcher, &format!("-{pid}\n"));
     }
-}
-
-/// Hands the registry the watcher's pid and the write end of its pipe (once, from the binary).
-pub(crate) fn set_watcher(pid: u32, pipe: File) {
-    let _ = WATCHER_PID.set(pid);
-    let _ = WATCHER.set(Mutex::new(pipe));
 }
 
 /// Reaps every exited child that is not a connection's leader; returns how many.

@@ -1,5 +1,6 @@
-//! The watcher: a small process forked at start-up that outlives the server and
-//! kills the sessions of its children when the server dies, even by SIGKILL.
+//! The watcher: a small process, this binary started again before the
+//! server's first child, that outlives the server and kills the sessions of
+//! its children when the server dies, even by SIGKILL.
 //!
 //! The server writes `+PID START` when it starts a session leader and `-PID`
 //! when it forgets one, on a pipe whose only writer is the server. When the
@@ -14,81 +15,66 @@
 //! subreaper, but a SIGKILLed server cannot).
 
 use std::collections::HashMap;
+use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader};
-use std::os::fd::{FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
 
-use super::registry;
+use super::launch::{self, Launch};
 use super::signal::Signal;
 use super::tree;
 
-/// Forks the watcher. Must be called while this process has a single thread
-/// (before the runtime starts): the child runs ordinary Rust code after fork.
-pub(crate) fn start() -> io::Result<()> {
-    let mut fds: [RawFd; 2] = [-1; 2];
-    // SAFETY: pipe2 writes two descriptors into `fds`.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    let [read_end, write_end] = fds;
-    // SAFETY: the process is single-threaded here (the caller's contract), so
-    // the child may allocate and run any code until it exits.
-    match unsafe { libc::fork() } {
-        -1 => Err(io::Error::last_os_error()),
-        0 => {
-            // SAFETY: the child owns its copy of the write end and closes it; it then
-            // watches and ends with _exit below, never returning into the server's code.
-            unsafe { libc::close(write_end) };
-            let code = match detach(read_end) {
-                Ok(pipe) => {
-                    watch(pipe);
-                    0
-                }
-                Err(_) => 1,
-            };
-            // SAFETY: _exit ends the child without running the parent's atexit handlers.
-            unsafe { libc::_exit(code) }
-        }
-        child => {
-            // SAFETY: the parent owns both descriptors and gives up the read end.
-            unsafe {
-                libc::close(read_end);
-                // A stuck watcher must never block the server: drop messages instead.
-                libc::fcntl(write_end, libc::F_SETFL, libc::O_NONBLOCK);
-            }
-            // SAFETY: `write_end` is open and owned by nobody else.
-            registry::set_watcher(child as u32, unsafe { File::from_raw_fd(write_end) });
-            Ok(())
-        }
-    }
+/// The hidden first argument that runs this binary as the watcher.
+pub(crate) const MARKER: &CStr = c"--exec-server-watcher";
+
+/// Starts the watcher: this binary again (`/proc/self/exe`), through
+/// `posix_spawn` (no fork: the server's pages are never marked copy-on-write,
+/// and the server may have threads), in a session of its own, with
+/// `/dev/null` as stdio and the pipe's read end as fd 3. Returns its pid and
+/// the pipe's non-blocking write end.
+pub(crate) fn spawn() -> io::Result<(u32, File)> {
+    let (read_end, write_end) = super::spawn::pipe()?;
+    let null = File::options().read(true).write(true).open("/dev/null")?;
+    let null = OwnedFd::from(null);
+    let argv = [CString::from(c"exec-server-wd"), CString::from(MARKER)];
+    let pid = launch::launch(&Launch {
+        program: Path::new("/proc/self/exe"),
+        argv: &argv,
+        env: &[],
+        stdio: launch::Stdio::Pipes { stdin: None, stdout: &null, stderr: &null },
+        cwd: Path::new("/"),
+        cwd_dir: None,
+        fds: &[(read_end.as_raw_fd(), 3)],
+    })?;
+    // SAFETY: F_SETFL on a descriptor we own.
+    unsafe { libc::fcntl(write_end.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+    // A stuck watcher must never block the server: messages are dropped instead.
+    Ok((pid, File::from(write_end)))
 }
 
-/// Leaves the server's session and stdio: only the pipe stays open (as fd 3).
-fn detach(read_end: RawFd) -> io::Result<File> {
-    // SAFETY: plain syscalls on descriptors this (single-threaded) child owns.
+/// Runs as the watcher when this process was started as one (see [`spawn`]),
+/// never returning; otherwise returns at once.
+pub(crate) fn run_if_watcher() {
+    use std::os::unix::ffi::OsStrExt;
+    if std::env::args_os().nth(1).is_none_or(|first| first.as_bytes() != MARKER.to_bytes()) {
+        return;
+    }
+    // SAFETY: plain syscalls on this process's own name and descriptors.
     unsafe {
-        libc::setsid();
-        let name = c"exec-server-wd";
-        libc::prctl(libc::PR_SET_NAME, name.as_ptr());
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-        if null == -1 {
-            return Err(io::Error::last_os_error());
-        }
-        for fd in 0..3 {
-            libc::dup2(null, fd);
-        }
-        if libc::dup2(read_end, 3) == -1 {
-            return Err(io::Error::last_os_error());
-        }
-        // Everything else (the server's stdout above all) must not be held
-        // open here: one close_range, or one close per descriptor before 5.9.
+        libc::prctl(libc::PR_SET_NAME, c"exec-server-wd".as_ptr());
+        // Only the pipe stays open: anything else inherited without
+        // close-on-exec (the server's stdout above all) is closed.
         if libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32) == -1 {
             for fd in 4..1024 {
                 libc::close(fd);
             }
         }
-        Ok(File::from_raw_fd(3))
     }
+    // SAFETY: fd 3 is the pipe's read end, given to this process alone.
+    watch(unsafe { File::from_raw_fd(3) });
+    // SAFETY: ends the process without running anything more.
+    unsafe { libc::_exit(0) }
 }
 
 fn watch(pipe: File) {

@@ -485,7 +485,9 @@ async fn nothing_sandboxed_outlives_a_sigkilled_server() {
         user.own(&tree.base);
         let mut server = user.ready(&[], &[]).await;
         let server_pid = server.child.id().unwrap();
-        // The watcher names itself right after its fork: wait for the name.
+        // The watcher starts with the first child and names itself: wait for the name.
+        let first = crate::support::start_params("first", &["true"], json!({}));
+        server.result("process/start", first).await;
         let watcher = within("the server's watcher", async {
             loop {
                 let found =
