@@ -101,6 +101,8 @@ pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> E
         };
     }
     tune_allocator();
+    // A server started with signals blocked would never see SIGTERM.
+    host::unblock_signals();
     // Started (this binary again) when the first child is.
     host::want_watcher();
     let filter = match &cli.log_level {
@@ -124,6 +126,13 @@ pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> E
         tracing::warn!(%error, "cannot become a child subreaper");
     }
     match host::raise_descriptor_limit() {
+        Ok(limit) if limit < host::MIN_DESCRIPTORS => {
+            eprintln!(
+                "exec-server: the descriptor limit (RLIMIT_NOFILE) is {limit}; at least {} are needed",
+                host::MIN_DESCRIPTORS
+            );
+            return ExitCode::FAILURE;
+        }
         Ok(limit) => {
             let fit = crate::process::processes_fitting(limit);
             if fit < cli.max_processes as u64 {

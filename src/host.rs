@@ -23,6 +23,21 @@ pub(crate) fn become_subreaper() -> io::Result<()> {
     Ok(())
 }
 
+/// Descriptors the server needs before it can serve anything (stdio, the
+/// runtime's epoll and wakers, the signal driver, a reader and a writer).
+pub(crate) const MIN_DESCRIPTORS: u64 = 16;
+
+/// Unblocks every signal this process may have inherited blocked: the
+/// server's own handlers (SIGTERM and the rest) must see them.
+pub(crate) fn unblock_signals() {
+    // SAFETY: an empty set, installed as this thread's mask before any other thread exists.
+    unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    }
+}
+
 /// Raises the soft limit on open descriptors to the hard limit (at most
 /// 2^20), as servers commonly do: each process takes up to
 /// [`crate::process::FDS_PER_PROCESS`] descriptors, so the usual soft limit of

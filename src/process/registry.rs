@@ -10,9 +10,9 @@
 
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::Write;
+use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, Once, OnceLock};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use super::signal::Signal;
 use super::tree;
@@ -29,25 +29,29 @@ pub(crate) struct SpawnLock {
     leaders: MutexGuard<'static, Option<HashSet<u32>>>,
 }
 
-/// Locks the registry for a spawn; the first spawn starts the watcher
-/// first, if the binary asked for one ([`want_watcher`]).
-pub(crate) fn lock_for_spawn() -> SpawnLock {
+/// Locks the registry for a spawn. When the binary asked for a watcher
+/// ([`want_watcher`]) and none runs yet, it is started first; if it cannot
+/// be, the spawn fails (a child must not run without it) and the next one
+/// tries again.
+pub(crate) fn lock_for_spawn() -> io::Result<SpawnLock> {
     let leaders = lock();
-    if WATCHER_WANTED.load(Ordering::Relaxed) {
-        WATCHER_STARTED.call_once(|| match super::watcher::spawn() {
-            Ok((pid, pipe)) => {
-                let _ = WATCHER_PID.set(pid);
-                let _ = WATCHER.set(Mutex::new(pipe));
-            }
-            Err(error) => tracing::warn!(%error, "cannot start the watcher; children may outlive a SIGKILLed server"),
-        });
+    if WATCHER_WANTED.load(Ordering::Relaxed) && WATCHER.get().is_none() {
+        let (pid, pipe) = super::watcher::spawn().map_err(|error| {
+            io::Error::new(
+                error.kind(),
+                format!(
+                    "cannot start the watcher that ends it if the server is SIGKILLed: {error}"
+                ),
+            )
+        })?;
+        let _ = WATCHER_PID.set(pid);
+        let _ = WATCHER.set(Mutex::new(pipe));
     }
-    SpawnLock { leaders }
+    Ok(SpawnLock { leaders })
 }
 
 /// Whether the binary wants a watcher (started at the first spawn).
 static WATCHER_WANTED: AtomicBool = AtomicBool::new(false);
-static WATCHER_STARTED: Once = Once::new();
 
 /// Asks for a watcher, started before the first child (the binary does; an
 /// embedder's program may not be able to run as one).

@@ -97,7 +97,7 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> Result<Spawned, SpawnError> {
             None => (program.as_path(), &argv, &[][..]),
         };
         // Held across the spawn: the orphan reaper must not reap this child before it is known.
-        let registry = registry::lock_for_spawn();
+        let registry = registry::lock_for_spawn()?;
         let pid = launch::launch(&Launch {
             program: exe,
             argv: args,

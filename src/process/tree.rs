@@ -16,8 +16,11 @@
 //!   safe because the kernel hands out pids cyclically: a freed number comes
 //!   back only after the counter wraps around `pid_max` (32768 at least), which
 //!   takes far longer than a tick.
-//! - A process started later is ours only if it descends from this server (the
-//!   binary is a child subreaper, so orphans of our children stay below us).
+//! - A process started later is ours only while a member that started before
+//!   the reap lives: then the number `S` has stayed in use the whole time, so
+//!   it was never handed to another leader (see `owned_sessions`). Without
+//!   one, the session is left alone: a late child of ours cannot be told from
+//!   the members of another leader that got the number `S`.
 //! - The decision is made on a pidfd opened before the final check: the signal
 //!   goes to the process that was checked, even if `P` is reused meanwhile.
 
@@ -89,49 +92,117 @@ pub(crate) fn signal_sessions(sessions: &[Session], signals: &[Signal]) -> usize
         return 0;
     }
     let me = std::process::id();
-    let mut signalled = 0;
-    for pid in all_pids() {
-        if pid == me {
-            continue;
-        }
-        let Some(session) = sessions.iter().find(|s| Some(s.sid) == session_of(pid)) else {
-            continue;
-        };
-        let ours = |stat: Stat| {
-            stat.sid == session.sid && (stat.start < session.bound || descends_from(stat, me))
-        };
-        if signal_if(pid, signals, ours) {
-            signalled += 1;
+    // The cheap filter first (one getsid per pid), then /proc for the members.
+    let members: Vec<(u32, Stat)> = all_pids()
+        .into_iter()
+        .filter(|&pid| pid != me)
+        .filter(|&pid| session_of(pid).is_some_and(|sid| sessions.iter().any(|s| s.sid == sid)))
+        .filter_map(|pid| Some((pid, stat(pid).ok()?)))
+        .collect();
+    let owned = owned_sessions(sessions, members.iter().map(|(_, stat)| *stat));
+    members
+        .into_iter()
+        .filter(|(_, stat)| owned.contains(&stat.sid))
+        .filter(|&(pid, seen)| {
+            signal_if(pid, signals, |now| now.start == seen.start && now.sid == seen.sid)
+        })
+        .count()
+}
+
+/// Which of `sessions` the processes `members` show to be still ours. A
+/// session whose leader is unreaped is (its zombie holds the number). Once
+/// the leader is reaped, the number can come back as another leader's, but
+/// only after every process of the old session is gone: so while a member
+/// that started before the reap ([`Session::bound`]) lives, every member is
+/// ours; when none does, the session is left alone (a late child of ours
+/// cannot be told from another leader's).
+fn owned_sessions(sessions: &[Session], members: impl Iterator<Item = Stat>) -> Vec<u32> {
+    let mut owned: Vec<u32> = Vec::new();
+    for stat in members {
+        let old = sessions.iter().any(|s| s.sid == stat.sid && stat.start < s.bound);
+        if old && !owned.contains(&stat.sid) {
+            owned.push(stat.sid);
         }
     }
-    signalled
+    owned
+}
+
+/// Every live process as `/proc` showed it at one moment, for deciding
+/// ancestry without re-reading `/proc` at every step.
+struct Snapshot {
+    stats: std::collections::HashMap<u32, Stat>,
+}
+
+impl Snapshot {
+    fn take() -> Snapshot {
+        let stats = all_pids()
+            .into_iter()
+            .filter_map(|pid| Some((pid, stat(pid).ok()?)))
+            .filter(|(_, stat)| stat.state != b'Z')
+            .collect();
+        Snapshot { stats }
+    }
+
+    /// Whether `ancestor` is above `stat` (a walk bounded by the number of processes).
+    fn descends(&self, stat: Stat, ancestor: u32) -> bool {
+        let mut parent = stat.ppid;
+        for _ in 0..=self.stats.len() {
+            if parent == ancestor {
+                return true;
+            }
+            match self.stats.get(&parent) {
+                Some(next) if parent > 1 => parent = next.ppid,
+                _ => return false,
+            }
+        }
+        false
+    }
 }
 
 /// Ends whole families, leaving none a way out: every process of
-/// `sessions`, and every descendant of the running `leaders` that left them
-/// (it called `setsid`), is first stopped, pass after pass until a pass finds
-/// none still running (a stopped process can neither fork nor call setsid,
-/// and its children stay its children); then all of them are found while
-/// the stopped tree still shows who started whom, and only then killed (a
-/// parent killed first would hand its children to us); then the sessions
-/// are swept once more. Returns how many were killed. Runs off the
-/// server loop (it reads `/proc`).
+/// `sessions` (as [`signal_sessions`] decides), and every descendant of the
+/// running `leaders` that left them (it called `setsid`), is first stopped,
+/// pass after pass until a pass finds no new one (a stopped process can
+/// neither fork nor call setsid, and its children stay its children). Each
+/// is recorded by pid and start time as it is stopped, and every recorded
+/// one is then killed, whatever happened to its parents meanwhile (a parent
+/// killed first hands its children to us); then the sessions are swept once
+/// more. One descriptor is open at a time. Returns how many were killed.
+/// Runs off the server loop (it reads `/proc`).
 pub(crate) fn end_families(leaders: &[u32], sessions: &[Session]) -> usize {
     let me = std::process::id();
-    let ours = |stat: Stat| {
-        let in_session = sessions.iter().any(|session| {
-            stat.sid == session.sid && (stat.start < session.bound || descends_from(stat, me))
-        });
-        in_session || leaders.iter().any(|&leader| descends_from(stat, leader))
-    };
-    let others = || all_pids().into_iter().filter(move |&pid| pid != me);
-    until_none_left(|| {
-        let running = |stat: Stat| !matches!(stat.state, b'T' | b't') && ours(stat);
-        others().filter(|&pid| signal_if(pid, &[Signal::STOP], running)).count()
-    });
-    let doomed: Vec<OwnedFd> = others().filter_map(|pid| pidfd_if(pid, ours)).collect();
-    let killed =
-        doomed.iter().filter(|pidfd| pidfd_send_signal(pidfd, Signal::KILL).is_ok()).count();
+    let mut stopped: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
+    for _ in 0..16 {
+        let snapshot = Snapshot::take();
+        let owned = owned_sessions(
+            sessions,
+            snapshot
+                .stats
+                .values()
+                .copied()
+                .filter(|stat| sessions.iter().any(|s| s.sid == stat.sid)),
+        );
+        let mut found = 0;
+        for (&pid, &seen) in &snapshot.stats {
+            if pid == me || stopped.get(&pid) == Some(&seen.start) {
+                continue;
+            }
+            let ours = owned.contains(&seen.sid)
+                || leaders.iter().any(|&leader| snapshot.descends(seen, leader));
+            let same = |now: Stat| now.start == seen.start;
+            if ours && signal_if(pid, &[Signal::STOP], same) {
+                stopped.insert(pid, seen.start);
+                found += 1;
+            }
+        }
+        if found == 0 {
+            break;
+        }
+    }
+    let killed = stopped
+        .into_iter()
+        .filter(|&(pid, start)| signal_if(pid, &[Signal::KILL], |now| now.start == start))
+        .count();
     killed + signal_sessions(sessions, &[Signal::KILL])
 }
 

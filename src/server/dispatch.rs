@@ -64,6 +64,8 @@ pub(super) struct State {
     claimed: Option<Claimed>,
     /// Set by `session/end`: the connection closes and nobody can resume the session.
     ended: bool,
+    /// The loop has seen `ended`.
+    end_seen: bool,
     /// The client has spoken today's dialect (a file URI, `environment/*`):
     /// refused writes are answered with a status.
     today: bool,
@@ -89,6 +91,7 @@ impl State {
             sessions,
             claimed: None,
             ended: false,
+            end_seen: false,
             today: false,
             fs: FsCalls::new(roots.clone()),
             watches: Watcher::new(roots.clone()),
@@ -119,9 +122,9 @@ impl State {
         self.claimed.take()
     }
 
-    /// Whether the client has just ended its session (`session/end`).
+    /// Whether the client has just ended its session (`session/end`): true once.
     pub(super) fn take_ended(&mut self) -> bool {
-        std::mem::take(&mut self.ended)
+        self.ended && !std::mem::replace(&mut self.end_seen, true)
     }
 
     /// The connection is gone and the session detaches: what belonged to
@@ -198,7 +201,8 @@ impl State {
     pub(super) fn on_started(&mut self, line: String, out: &mut Vec<String>) {
         out.push(line);
         while let Some((next, _, _)) = self.waiting.front() {
-            if self.table.is_starting() && next.method != ProcessStart::NAME {
+            // Nothing behind a `session/end` runs: the loop refuses it as the connection ends.
+            if self.ended || (self.table.is_starting() && next.method != ProcessStart::NAME) {
                 break;
             }
             let Some((Request { id, method, params }, spoken, bytes)) = self.waiting.pop_front()
