@@ -186,6 +186,100 @@ async fn session_end_over_stdio_kills_the_tree_and_ends_the_server() {
     wait_dead(grandchild).await;
 }
 
+/// What was sent after `session/end` does not run, even when `session/end`
+/// waited behind a start: it is refused as the connection ends.
+#[tokio::test]
+async fn nothing_sent_after_session_end_runs() {
+    let mut server = Binary::ready(&[]).await;
+    let marker = scratch("after-end").join("late-ran");
+    let late = format!("touch {}", marker.display());
+    let lines = [
+        json!({"id": 2, "method": "process/start", "params": start_params("first", &["sleep", "30"], json!({}))}),
+        json!({"id": 3, "method": "session/end", "params": {}}),
+        json!({"id": 4, "method": "process/start", "params": start_params("late", &["sh", "-c", &late], json!({}))}),
+    ];
+    let batch: String = lines.iter().map(|line| format!("{line}\n")).collect();
+    server.send_line(batch.trim_end()).await;
+    let mut replies = Vec::new();
+    while let Some(message) = server.next().await {
+        if message.get("id").is_some() {
+            replies.push(message);
+        }
+    }
+    assert_eq!(
+        replies,
+        [
+            json!({"id": 2, "result": {"processId": "first", "sandboxType": "none"}}),
+            json!({"id": 3, "result": {}}),
+            json!({"id": 4, "error": {"code": -32600, "message": "process/start was not run: the connection is ending"}}),
+        ]
+    );
+    assert_eq!(server.exit_code().await, Some(0));
+    assert!(!marker.exists(), "the start sent after session/end ran");
+}
+
+/// A server started with every signal blocked still ends on SIGTERM, with its children.
+#[tokio::test]
+async fn a_server_started_with_signals_blocked_still_ends_on_sigterm() {
+    let mut command = tokio::process::Command::new(BIN);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::sigprocmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+    let mut server = Binary::from_command(command);
+    server.result("initialize", json!({"clientName": "binary-test"})).await;
+    server.send_line(r#"{"method":"initialized"}"#).await;
+    server.result("process/start", start_params("s", &["sleep", "30"], json!({}))).await;
+    let child =
+        server.result("process/list", json!({})).await["processes"][0]["pid"].as_u64().unwrap();
+    let pid = server.child.id().unwrap() as libc::pid_t;
+    // SAFETY: plain kill(2) of the server we spawned.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    assert_eq!(server.exit_code().await, Some(0));
+    wait_dead(child as u32).await;
+}
+
+/// When the watcher (which ends a child if the server is SIGKILLed) cannot
+/// start, the child does not start either, and says why. Descriptor limits
+/// just above the minimum run out either at the child's pipes or at the
+/// watcher's: some limit must meet the watcher's, and none may start a child
+/// without one.
+#[tokio::test]
+async fn a_start_fails_when_its_watcher_cannot_start() {
+    let watcher = "failed to start `true`: cannot start the watcher that ends it if the server is SIGKILLed: Too many open files (os error 24)";
+    let mut met = false;
+    for limit in 16..=24 {
+        let mut command = tokio::process::Command::new("sh");
+        let script = format!(r#"ulimit -n {limit} && exec "$0""#);
+        command.args(["-c", &script, BIN]).stderr(Stdio::null());
+        let mut server = Binary::from_command(command);
+        server.result("initialize", json!({"clientName": "binary-test"})).await;
+        server.send_line(r#"{"method":"initialized"}"#).await;
+        let reply = server.call("process/start", start_params("s", &["true"], json!({}))).await;
+        let message = reply["error"]["message"].as_str().unwrap_or_default().to_owned();
+        if message == watcher {
+            met = true;
+        } else if reply.get("result").is_some() {
+            let list = server.result("process/list", json!({})).await;
+            let pid = server.child.id().unwrap();
+            let descendants = crate::support::descendants(pid);
+            let watchers = descendants.iter().filter(|(_, comm)| comm == "exec-server-wd").count();
+            assert_eq!(watchers, 1, "limit {limit}: a child started without a watcher: {list}");
+        } else {
+            assert!(
+                message.starts_with("failed to start `true`: Too many open files"),
+                "limit {limit}: {reply}"
+            );
+        }
+    }
+    assert!(met, "no descriptor limit met the watcher's start");
+}
+
 #[tokio::test]
 async fn malformed_lines_keep_the_binary_serving() {
     let mut server = Binary::ready(&["--max-message-bytes", "100"]).await;

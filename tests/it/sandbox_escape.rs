@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::binary::BIN;
 use crate::sandbox::{full_snapshot, run, sandboxed, set_xattr, Tree, User, NOBODY};
-use crate::support::{unb64, wait_dead, within};
+use crate::support::{descendants, unb64, wait_dead, within};
 
 /// Each probe runs `sh -c` on its own copy of the outside tree (`$D`) and its
 /// own file in the writable root (`$M`), and says whether it got through.
@@ -445,26 +445,6 @@ async fn a_setsid_daemon_stays_confined_after_its_parent_exits() {
         assert_eq!(verdict, "held\n", "{user:?}");
         assert_eq!(std::fs::read_to_string(tree.out.join("file")).unwrap(), "outside");
     }
-}
-
-/// The server's processes and their descendants, found through `/proc`.
-fn descendants(pid: u32) -> Vec<(u32, String)> {
-    let mut found = Vec::new();
-    let mut pending = vec![pid];
-    while let Some(parent) = pending.pop() {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else { continue };
-        for task in tasks.flatten() {
-            let children =
-                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-            for child in children.split_whitespace().map(|c| c.parse::<u32>().unwrap()) {
-                let comm =
-                    std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
-                found.push((child, comm.trim().to_owned()));
-                pending.push(child);
-            }
-        }
-    }
-    found
 }
 
 fn state(pid: u32) -> char {

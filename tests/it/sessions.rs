@@ -596,6 +596,131 @@ async fn a_session_ended_by_its_client_goes_at_once_and_cannot_be_resumed() {
     );
 }
 
+/// A hundred families, each a live parent and a child that left with
+/// setsid: `session/end` leaves none of them alive, or stopped.
+#[tokio::test]
+async fn session_end_takes_every_family_of_a_large_session() {
+    let server = WsServer::start(&["--listen", "ws://127.0.0.1:0"]).await;
+    let mut peer = WsPeer::connect(&server.url).await;
+    open_session(&mut peer).await;
+    let script = "setsid sleep 1900 & echo $!; exec sleep 1901";
+    for n in 0..100 {
+        let params = start_params(&format!("f{n}"), &["sh", "-c", script], json!({}));
+        let start = json!({"id": 1000 + n, "method": "process/start", "params": params});
+        peer.send_text(&start.to_string()).await;
+    }
+    let mut pids = Vec::new();
+    while pids.len() < 100 {
+        let output =
+            next_matching(&mut peer, "the escaped pids", |m| m["method"] == "process/output").await;
+        let text = String::from_utf8(unb64(&output["params"]["chunk"])).unwrap();
+        pids.extend(text.lines().map(|line| line.parse::<u32>().unwrap()));
+    }
+    peer.send_text(r#"{"id":3,"method":"process/list","params":{}}"#).await;
+    let list = next_matching(&mut peer, "the list", |m| m["id"] == 3).await;
+    let leaders = list["result"]["processes"].as_array().unwrap();
+    pids.extend(leaders.iter().map(|p| p["pid"].as_u64().unwrap() as u32));
+    assert_eq!(pids.len(), 200);
+    peer.send_text(r#"{"id":4,"method":"session/end","params":{}}"#).await;
+    next_matching(&mut peer, "the end", |m| m["id"] == 4).await;
+    for pid in pids {
+        wait_dead(pid).await;
+    }
+}
+
+/// A session whose process exited (its pid reaped) must not reach, through
+/// that number, the process of another session that was given it.
+#[tokio::test]
+async fn a_reused_pid_of_another_session_is_not_swept() {
+    if !root_or_skip("steering pids through /proc/sys/kernel/ns_last_pid") {
+        return;
+    }
+    let server = WsServer::start(&["--listen", "ws://127.0.0.1:0"]).await;
+    let mut a = WsPeer::connect(&server.url).await;
+    open_session(&mut a).await;
+    let mut b = WsPeer::connect(&server.url).await;
+    open_session(&mut b).await;
+    let a_sleep = json!({"id": 2, "method": "process/start", "params": start_params("keep", &["sleep", "1000"], json!({}))});
+    a.send_text(&a_sleep.to_string()).await;
+    next_matching(&mut a, "a's sleep", |m| m["id"] == 2).await;
+    // Other processes of the machine may take the number first: try again until B gets it.
+    let mut attempt = 0;
+    let (reused, victim) = loop {
+        attempt += 1;
+        assert!(attempt <= 50, "B never got the pid A's process had");
+        let id = format!("gone{attempt}");
+        let start = json!({"id": 10, "method": "process/start", "params": start_params(&id, &["true"], json!({}))});
+        a.send_text(&start.to_string()).await;
+        next_matching(&mut a, "a's start", |m| m["id"] == 10).await;
+        let exited = next_matching(&mut a, "a's exit", |m| {
+            m["method"] == "process/closed" && m["params"]["processId"] == id.as_str()
+        })
+        .await;
+        assert_eq!(exited["params"]["processId"], json!(id));
+        a.send_text(r#"{"id":11,"method":"process/list","params":{}}"#).await;
+        let list = next_matching(&mut a, "a's list", |m| m["id"] == 11).await;
+        let gone = list["result"]["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["processId"] == id.as_str())
+            .unwrap()["pid"]
+            .as_u64()
+            .unwrap() as u32;
+        // Start times have a granularity of one clock tick: a number handed
+        // out again within the tick of the reap (only a root steering the
+        // allocator can) counts as the old session's. Wait for the clock.
+        wait_for_ticks(2);
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (gone - 1).to_string()).unwrap();
+        let victim = format!("victim{attempt}");
+        let start = json!({"id": 20, "method": "process/start", "params": start_params(&victim, &["sleep", "1000"], json!({}))});
+        b.send_text(&start.to_string()).await;
+        next_matching(&mut b, "b's start", |m| m["id"] == 20).await;
+        b.send_text(r#"{"id":21,"method":"process/list","params":{}}"#).await;
+        let list = next_matching(&mut b, "b's list", |m| m["id"] == 21).await;
+        let got = list["result"]["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["processId"] == victim.as_str())
+            .unwrap()["pid"]
+            .as_u64()
+            .unwrap() as u32;
+        if got == gone {
+            break (id, got);
+        }
+    };
+    // A terminates its exited process (a sweep of its old session), then ends itself.
+    let terminate =
+        json!({"id": 30, "method": "process/terminate", "params": {"processId": reused}});
+    a.send_text(&terminate.to_string()).await;
+    assert_eq!(
+        next_matching(&mut a, "the terminate", |m| m["id"] == 30).await["result"],
+        json!({"running": false})
+    );
+    a.send_text(r#"{"id":31,"method":"session/end","params":{}}"#).await;
+    next_matching(&mut a, "a's end", |m| m["id"] == 31).await;
+    while a.next().await.is_some() {}
+    assert!(!is_dead(victim), "session A's sweep killed B's process {victim}");
+}
+
+/// Returns once the clock `/proc` start times use has moved on by `ticks`.
+fn wait_for_ticks(ticks: u64) {
+    let now = || {
+        let mut time = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime writes only to `time`.
+        unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut time) };
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+        (time.tv_sec as u64 * 1_000_000_000 + time.tv_nsec as u64) / (1_000_000_000 / hz)
+    };
+    let start = now();
+    // A clock moving on has no event to wait for: it is polled.
+    while now() < start + ticks {
+        std::thread::yield_now();
+    }
+}
+
 #[tokio::test]
 async fn a_resume_with_takeover_closes_a_dead_connection_still_attached() {
     let server = WsServer::start(&["--listen", "ws://127.0.0.1:0"]).await;

@@ -338,3 +338,23 @@ pub fn peer_pid(path: &std::path::Path) -> u32 {
     assert_eq!(rc, 0, "SO_PEERCRED: {}", std::io::Error::last_os_error());
     cred.pid as u32
 }
+
+/// The server's processes and their descendants, found through `/proc`.
+pub fn descendants(pid: u32) -> Vec<(u32, String)> {
+    let mut found = Vec::new();
+    let mut pending = vec![pid];
+    while let Some(parent) = pending.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else { continue };
+        for task in tasks.flatten() {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in children.split_whitespace().map(|c| c.parse::<u32>().unwrap()) {
+                let comm =
+                    std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
+                found.push((child, comm.trim().to_owned()));
+                pending.push(child);
+            }
+        }
+    }
+    found
+}
