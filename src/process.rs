@@ -175,7 +175,14 @@ pub(crate) struct ProcessTable {
     exited: VecDeque<u64>,
     /// Serials of exited processes not yet forgotten, oldest exit first.
     reserved: VecDeque<u64>,
+    /// The sessions of forgotten processes, newest last (at most
+    /// [`MAX_LINGERING`]): what a background job left in them is still swept
+    /// when the table ends, and the watcher still knows them.
+    lingering: VecDeque<(Session, u32)>,
 }
+
+/// Sessions of forgotten processes a table keeps sweeping at its end.
+const MAX_LINGERING: usize = 4096;
 
 impl ProcessTable {
     /// A table whose processes report on `events`.
@@ -198,6 +205,7 @@ impl ProcessTable {
             limits,
             account,
             exited: VecDeque::new(),
+            lingering: VecDeque::new(),
             reserved: VecDeque::new(),
         }
     }
@@ -622,9 +630,7 @@ impl ProcessTable {
             }
             if let Some(id) = self.ids.remove(&serial) {
                 tracing::debug!(%id, "forgotten early: over the limit of exited processes");
-                if let Some(entry) = self.entries.remove(&id) {
-                    registry::forgotten(entry.pid);
-                }
+                self.forget(&id);
             }
         }
     }
@@ -673,7 +679,7 @@ impl ProcessTable {
     pub(crate) fn family_ender(&self) -> impl FnOnce() -> usize + Send + 'static {
         let leaders: Vec<u32> =
             self.entries.values().filter(|e| e.is_running()).map(|e| e.pid).collect();
-        let sessions: Vec<Session> = self.entries.values().map(Entry::session).collect();
+        let sessions = self.all_sessions();
         move || tree::end_families(&leaders, &sessions)
     }
 
@@ -695,7 +701,7 @@ impl ProcessTable {
     /// [`ProcessTable::family_ender`] sweep, off the loop.
     pub(crate) fn end_session(&mut self) {
         self.closing = true;
-        if !self.entries.is_empty() {
+        if !self.entries.is_empty() || !self.lingering.is_empty() {
             self.sweeps.spawn_blocking(self.family_ender());
         }
     }
@@ -703,8 +709,13 @@ impl ProcessTable {
     /// Kills every process group and session (connection end), in one sweep.
     pub(crate) fn kill_all(&mut self) {
         self.closing = true;
-        let sessions: Vec<Session> =
-            self.entries.values().map(|entry| entry.signal_tree(&[Signal::KILL])).collect();
+        let lingering = self.lingering.iter().map(|(session, _)| *session);
+        let sessions: Vec<Session> = self
+            .entries
+            .values()
+            .map(|entry| entry.signal_tree(&[Signal::KILL]))
+            .chain(lingering)
+            .collect();
         self.sweep(sessions, &[Signal::KILL]);
     }
 
@@ -763,10 +774,25 @@ impl ProcessTable {
         if settled.forgettable && !self.holding && !renewed {
             tracing::debug!(%id, "forgotten");
             self.ids.remove(&serial);
-            if let Some(entry) = self.entries.remove(id) {
-                registry::forgotten(entry.pid);
+            self.forget(id);
+        }
+    }
+
+    /// Drops the entry of `id`; its session lingers (see `lingering`).
+    fn forget(&mut self, id: &str) {
+        let Some(entry) = self.entries.remove(id) else { return };
+        self.lingering.push_back((entry.session(), entry.pid));
+        if self.lingering.len() > MAX_LINGERING {
+            if let Some((_, pid)) = self.lingering.pop_front() {
+                registry::forgotten(pid);
             }
         }
+    }
+
+    /// Every session to sweep when the table ends: its processes' and the lingering ones.
+    fn all_sessions(&self) -> Vec<Session> {
+        let lingering = self.lingering.iter().map(|(session, _)| *session);
+        self.entries.values().map(Entry::session).chain(lingering).collect()
     }
 
     /// Runs a `/proc` sweep of `sessions` off the loop.
@@ -829,3 +855,13 @@ fn unknown(id: &str) -> ErrorObject {
 
 #[cfg(test)]
 mod tests;
+
+impl Drop for ProcessTable {
+    /// The lingering sessions were swept with the table's end: the watcher
+    /// may forget them.
+    fn drop(&mut self) {
+        for (_, pid) in self.lingering.drain(..) {
+            registry::forgotten(pid);
+        }
+    }
+}

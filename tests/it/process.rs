@@ -5,7 +5,7 @@ use std::time::Duration;
 use exec_server::server::Config;
 use serde_json::{json, Value};
 
-use crate::support::{b64, start_params, unb64, wait_dead, Harness};
+use crate::support::{b64, is_dead, start_params, unb64, wait_dead, Harness};
 
 #[tokio::test]
 async fn the_example_session_of_the_protocol() {
@@ -242,6 +242,23 @@ async fn an_exited_id_is_forgotten_after_the_reservation() {
     // The reservation (zero here) ended at exit; the id is free once closed.
     h.start("again", &["echo", "second"]).await;
     assert_eq!(h.output_and_exit("again").await.0, b"second\n");
+}
+
+/// What a process left in its session (a background job) is still swept at
+/// the end of input after the process itself was forgotten.
+#[tokio::test]
+async fn a_forgotten_process_leaves_nothing_behind_at_the_end() {
+    let config = Config { id_reservation: Duration::ZERO, ..Config::default() };
+    let mut h = Harness::ready_with(config).await;
+    h.start("bg", &["sh", "-c", "sleep 1000 >/dev/null 2>&1 & echo $!"]).await;
+    let (output, _) = h.output_and_exit("bg").await;
+    let job: u32 = String::from_utf8(output).unwrap().trim().parse().unwrap();
+    // Forgotten: the id starts afresh.
+    h.start("bg", &["true"]).await;
+    h.run_to_close("bg").await;
+    assert!(!is_dead(job));
+    h.close_input().await;
+    wait_dead(job).await;
 }
 
 #[tokio::test]
