@@ -725,9 +725,12 @@ impl ProcessTable {
         (self.timers.len(), self.parked.len())
     }
 
-    /// No process is running or has undelivered notifications.
+    /// No process is running or has undelivered notifications, and no sweep is under way.
     pub(crate) fn is_settled(&self) -> bool {
-        self.starting.is_empty() && self.entries.values().all(Entry::is_settled)
+        // A sweep not yet run would be dropped with the table: it counts too.
+        self.starting.is_empty()
+            && self.sweeps.is_empty()
+            && self.entries.values().all(Entry::is_settled)
     }
 
     /// Answers every parked read with what there is now.
