@@ -66,6 +66,9 @@ pub(super) struct State {
     ended: bool,
     /// The loop has seen `ended`.
     end_seen: bool,
+    /// A `session/end` was received (it may wait behind a start): nothing
+    /// sent after it runs.
+    end_asked: bool,
     /// The client has spoken today's dialect (a file URI, `environment/*`):
     /// refused writes are answered with a status.
     today: bool,
@@ -92,6 +95,7 @@ impl State {
             claimed: None,
             ended: false,
             end_seen: false,
+            end_asked: false,
             today: false,
             fs: FsCalls::new(roots.clone()),
             watches: Watcher::new(roots.clone()),
@@ -255,6 +259,16 @@ impl State {
         }
         if let Err(error) = self.check_ready(&method) {
             return Some(error_reply(&id, error));
+        }
+        if self.end_asked {
+            let error = ErrorObject::invalid_request(format!(
+                "{method} was not run: the connection is ending"
+            ));
+            return Some(error_reply(&id, error));
+        }
+        // A well-formed end, even one that waits behind a start, ends what may run.
+        if method == SessionEnd::NAME && decode::<SessionEnd>(params.clone()).is_ok() {
+            self.end_asked = true;
         }
         let Inbound { params, dialect, numbering, confine } =
             match inbound::translate(&method, params) {

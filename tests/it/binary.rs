@@ -191,12 +191,15 @@ async fn session_end_over_stdio_kills_the_tree_and_ends_the_server() {
 #[tokio::test]
 async fn nothing_sent_after_session_end_runs() {
     let mut server = Binary::ready(&[]).await;
-    let marker = scratch("after-end").join("late-ran");
+    let dir = scratch("after-end");
+    let marker = dir.join("late-ran");
+    let written = dir.join("late-written");
     let late = format!("touch {}", marker.display());
     let lines = [
         json!({"id": 2, "method": "process/start", "params": start_params("first", &["sleep", "30"], json!({}))}),
         json!({"id": 3, "method": "session/end", "params": {}}),
         json!({"id": 4, "method": "process/start", "params": start_params("late", &["sh", "-c", &late], json!({}))}),
+        json!({"id": 5, "method": "fs/writeFile", "params": {"path": written, "dataBase64": b64(b"late")}}),
     ];
     let batch: String = lines.iter().map(|line| format!("{line}\n")).collect();
     server.send_line(batch.trim_end()).await;
@@ -206,16 +209,20 @@ async fn nothing_sent_after_session_end_runs() {
             replies.push(message);
         }
     }
+    // Refusals are answered at once, before the start they waited behind.
+    replies.sort_by_key(|reply| reply["id"].as_i64());
     assert_eq!(
         replies,
         [
             json!({"id": 2, "result": {"processId": "first", "sandboxType": "none"}}),
             json!({"id": 3, "result": {}}),
             json!({"id": 4, "error": {"code": -32600, "message": "process/start was not run: the connection is ending"}}),
+            json!({"id": 5, "error": {"code": -32600, "message": "fs/writeFile was not run: the connection is ending"}}),
         ]
     );
     assert_eq!(server.exit_code().await, Some(0));
     assert!(!marker.exists(), "the start sent after session/end ran");
+    assert!(!written.exists(), "the write sent after session/end ran");
 }
 
 /// A server started with every signal blocked still ends on SIGTERM, with its children.
