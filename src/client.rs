@@ -310,10 +310,15 @@ impl Client {
     /// resumable client (WebSocket, a persistent launch) only detaches its
     /// session, which the server ends after its ttl.
     pub async fn end_session(&self) -> Result<(), Error> {
-        self.inner.shared.set_ending();
+        self.inner.shared.set_ending(true);
         let ended = self.call::<SessionEnd>(&Empty {}).await;
+        if ended.is_err() {
+            // Not ended (an older server, a lost connection): resuming stays possible.
+            self.inner.shared.set_ending(false);
+            return ended.map(|_: Empty| ());
+        }
         self.close();
-        ended.map(|_: Empty| ())
+        Ok(())
     }
 
     /// Closes the output; the server sees end of input and shuts the connection down.

@@ -358,10 +358,10 @@ fn refuse(socket: BorrowedFd<'_>, answer: &[u8]) {
         }
     };
     drain();
-    // SAFETY: write(2) of a buffer of the given length, then shutdown(2), on a
+    // SAFETY: send(2) of a buffer of the given length, then shutdown(2), on a
     // socket this function borrows.
     unsafe {
-        libc::write(fd, answer.as_ptr().cast(), answer.len());
+        libc::send(fd, answer.as_ptr().cast(), answer.len(), libc::MSG_NOSIGNAL);
         libc::shutdown(fd, libc::SHUT_WR);
     }
     drain();

@@ -674,8 +674,8 @@ impl ProcessTable {
     /// A blocking sweep (it reads `/proc`) that ends every family of this
     /// session, the descendants that left its sessions (setsid) included,
     /// with none able to slip away meanwhile (see [`tree::end_families`]):
-    /// run it off the loop when a session ends, before
-    /// [`ProcessTable::kill_all`].
+    /// run it off the loop when a session ends (a detached one follows it
+    /// with [`ProcessTable::kill_all`] for what started meanwhile).
     pub(crate) fn family_ender(&self) -> impl FnOnce() -> usize + Send + 'static {
         let leaders: Vec<u32> =
             self.entries.values().filter(|e| e.is_running()).map(|e| e.pid).collect();
@@ -861,8 +861,12 @@ mod tests;
 
 impl Drop for ProcessTable {
     /// The lingering sessions were swept with the table's end: the watcher
-    /// may forget them.
+    /// may forget them, unless a sweep was still to run (then the watcher
+    /// keeps them, for a SIGKILLed server).
     fn drop(&mut self) {
+        if !self.sweeps.is_empty() {
+            return;
+        }
         for (_, pid) in self.lingering.drain(..) {
             registry::forgotten(pid);
         }

@@ -168,8 +168,8 @@ impl Shared {
 
     /// The client is ending its session (`session/end`): when the connection
     /// ends now, it is closed, not resumed.
-    pub(crate) fn set_ending(&self) {
-        self.ending.store(true, Ordering::Relaxed);
+    pub(crate) fn set_ending(&self, ending: bool) {
+        self.ending.store(ending, Ordering::Relaxed);
     }
 
     pub(crate) fn is_ending(&self) -> bool {

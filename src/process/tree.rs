@@ -24,6 +24,7 @@
 //! - The decision is made on a pidfd opened before the final check: the signal
 //!   goes to the process that was checked, even if `P` is reused meanwhile.
 
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
@@ -130,7 +131,7 @@ fn owned_sessions(sessions: &[Session], members: impl Iterator<Item = Stat>) -> 
 /// Every live process as `/proc` showed it at one moment, for deciding
 /// ancestry without re-reading `/proc` at every step.
 struct Snapshot {
-    stats: std::collections::HashMap<u32, Stat>,
+    stats: HashMap<u32, Stat>,
 }
 
 impl Snapshot {
@@ -141,6 +142,20 @@ impl Snapshot {
             .filter(|(_, stat)| stat.state != b'Z')
             .collect();
         Snapshot { stats }
+    }
+
+    /// How many ancestors of `stat` the snapshot shows.
+    fn depth(&self, stat: Stat) -> usize {
+        let mut depth = 0;
+        let mut parent = stat.ppid;
+        while let Some(next) = self.stats.get(&parent).filter(|_| parent > 1) {
+            depth += 1;
+            if depth > self.stats.len() {
+                break;
+            }
+            parent = next.ppid;
+        }
+        depth
     }
 
     /// Whether `ancestor` is above `stat` (a walk bounded by the number of processes).
@@ -170,28 +185,30 @@ impl Snapshot {
 /// more. One descriptor is open at a time. Returns how many were killed.
 /// Runs off the server loop (it reads `/proc`).
 pub(crate) fn end_families(leaders: &[u32], sessions: &[Session]) -> usize {
+    if leaders.is_empty() && sessions.is_empty() {
+        return 0;
+    }
     let me = std::process::id();
-    let mut stopped: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
+    let sids: HashSet<u32> = sessions.iter().map(|session| session.sid).collect();
+    // pid -> (start time, depth below the first process of the snapshot's tree).
+    let mut stopped: HashMap<u32, (u64, usize)> = HashMap::new();
     for _ in 0..16 {
         let snapshot = Snapshot::take();
-        let owned = owned_sessions(
-            sessions,
-            snapshot
-                .stats
-                .values()
-                .copied()
-                .filter(|stat| sessions.iter().any(|s| s.sid == stat.sid)),
-        );
+        let members = snapshot.stats.values().copied().filter(|stat| sids.contains(&stat.sid));
+        let owned: HashSet<u32> = owned_sessions(sessions, members).into_iter().collect();
         let mut found = 0;
         for (&pid, &seen) in &snapshot.stats {
-            if pid == me || stopped.get(&pid) == Some(&seen.start) {
+            let recorded = stopped.get(&pid).is_some_and(|&(start, _)| start == seen.start);
+            // Stopped (or about to be, out of a syscall): nothing to do.
+            // Recorded but running again (a SIGCONT from the family): stop it again.
+            if pid == me || (recorded && matches!(seen.state, b'T' | b't' | b'D')) {
                 continue;
             }
             let ours = owned.contains(&seen.sid)
                 || leaders.iter().any(|&leader| snapshot.descends(seen, leader));
             let same = |now: Stat| now.start == seen.start;
             if ours && signal_if(pid, &[Signal::STOP], same) {
-                stopped.insert(pid, seen.start);
+                stopped.insert(pid, (seen.start, snapshot.depth(seen)));
                 found += 1;
             }
         }
@@ -199,9 +216,14 @@ pub(crate) fn end_families(leaders: &[u32], sessions: &[Session]) -> usize {
             break;
         }
     }
-    let killed = stopped
+    // Children first: a parent's death hangs up its stopped children's
+    // group (SIGHUP, SIGCONT), and one with SIGKILL pending runs no more code.
+    let mut doomed: Vec<(u32, u64, usize)> =
+        stopped.into_iter().map(|(pid, (start, depth))| (pid, start, depth)).collect();
+    doomed.sort_unstable_by_key(|&(_, _, depth)| std::cmp::Reverse(depth));
+    let killed = doomed
         .into_iter()
-        .filter(|&(pid, start)| signal_if(pid, &[Signal::KILL], |now| now.start == start))
+        .filter(|&(pid, start, _)| signal_if(pid, &[Signal::KILL], |now| now.start == start))
         .count();
     killed + signal_sessions(sessions, &[Signal::KILL])
 }

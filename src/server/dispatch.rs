@@ -266,10 +266,6 @@ impl State {
             ));
             return Some(error_reply(&id, error));
         }
-        // A well-formed end, even one that waits behind a start, ends what may run.
-        if method == SessionEnd::NAME && decode::<SessionEnd>(params.clone()).is_ok() {
-            self.end_asked = true;
-        }
         let Inbound { params, dialect, numbering, confine } =
             match inbound::translate(&method, params) {
                 Ok(inbound) => inbound,
@@ -316,6 +312,9 @@ impl State {
                 ));
                 return Some(error_reply(&id, error));
             }
+            // An end that waits behind a start ends what may run from now on.
+            self.end_asked |=
+                method == SessionEnd::NAME && decode::<SessionEnd>(params.clone()).is_ok();
             self.waiting_bytes += bytes;
             self.waiting.push_back((Request { id, method, params }, (dialect, numbering), bytes));
             return None;

@@ -58,11 +58,11 @@ where
         }
         out.clear();
     }
-    // Descendants that left their sessions first, while their parents still
-    // show where they came from.
-    let escaped = tokio::task::spawn_blocking(state.table.family_ender()).await;
-    if let Some(count) = escaped.ok().filter(|&count| count > 0) {
-        tracing::debug!(count, "killed descendants that had left their sessions");
+    // Every family stopped, recorded and killed (setsid'd descendants
+    // included), then whatever started meanwhile.
+    let ended = tokio::task::spawn_blocking(state.table.family_ender()).await;
+    if let Some(count) = ended.ok().filter(|&count| count > 0) {
+        tracing::debug!(count, "killed the session's families");
     }
     state.table.kill_all();
     let deadline = Instant::now() + KILL_DRAIN;

@@ -645,7 +645,7 @@ async fn a_reused_pid_of_another_session_is_not_swept() {
     next_matching(&mut a, "a's sleep", |m| m["id"] == 2).await;
     // Other processes of the machine may take the number first: try again until B gets it.
     let mut attempt = 0;
-    let (reused, victim) = loop {
+    let (reused, victim, victim_id) = loop {
         attempt += 1;
         assert!(attempt <= 50, "B never got the pid A's process had");
         let id = format!("gone{attempt}");
@@ -673,7 +673,9 @@ async fn a_reused_pid_of_another_session_is_not_swept() {
         wait_for_ticks(2);
         std::fs::write("/proc/sys/kernel/ns_last_pid", (gone - 1).to_string()).unwrap();
         let victim = format!("victim{attempt}");
-        let start = json!({"id": 20, "method": "process/start", "params": start_params(&victim, &["sleep", "1000"], json!({}))});
+        let answer = ["sh", "-c", "read x; echo alive"];
+        let params = start_params(&victim, &answer, json!({"pipeStdin": true}));
+        let start = json!({"id": 20, "method": "process/start", "params": params});
         b.send_text(&start.to_string()).await;
         next_matching(&mut b, "b's start", |m| m["id"] == 20).await;
         b.send_text(r#"{"id":21,"method":"process/list","params":{}}"#).await;
@@ -687,7 +689,7 @@ async fn a_reused_pid_of_another_session_is_not_swept() {
             .as_u64()
             .unwrap() as u32;
         if got == gone {
-            break (id, got);
+            break (id, got, victim);
         }
     };
     // A terminates its exited process (a sweep of its old session), then ends itself.
@@ -701,7 +703,20 @@ async fn a_reused_pid_of_another_session_is_not_swept() {
     a.send_text(r#"{"id":31,"method":"session/end","params":{}}"#).await;
     next_matching(&mut a, "a's end", |m| m["id"] == 31).await;
     while a.next().await.is_some() {}
-    assert!(!is_dead(victim), "session A's sweep killed B's process {victim}");
+    // B's process is alive, and says so.
+    let write = json!({"id": 40, "method": "process/write", "params": {"processId": victim_id, "chunk": b64(b"x\n")}});
+    b.send_text(&write.to_string()).await;
+    let reply = next_matching(&mut b, "b's write", |m| m["id"] == 40).await;
+    assert_eq!(
+        reply["result"]["accepted"],
+        json!(true),
+        "B's process {victim} was killed: {reply}"
+    );
+    let output = next_matching(&mut b, "b's process answering", |m| {
+        m["method"] == "process/output" && m["params"]["processId"] == victim_id.as_str()
+    })
+    .await;
+    assert_eq!(unb64(&output["params"]["chunk"]), b"alive\n");
 }
 
 /// Returns once the clock `/proc` start times use has moved on by `ticks`.
