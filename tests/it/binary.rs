@@ -274,8 +274,13 @@ async fn a_start_fails_when_its_watcher_cannot_start() {
         } else if reply.get("result").is_some() {
             let list = server.result("process/list", json!({})).await;
             let pid = server.child.id().unwrap();
+            // By its command line, final at its exec (it renames itself only once running).
+            let is_watcher = |child: u32| {
+                std::fs::read(format!("/proc/{child}/cmdline"))
+                    .is_ok_and(|line| line.ends_with(b"--exec-server-watcher\0"))
+            };
             let descendants = crate::support::descendants(pid);
-            let watchers = descendants.iter().filter(|(_, comm)| comm == "exec-server-wd").count();
+            let watchers = descendants.iter().filter(|(child, _)| is_watcher(*child)).count();
             assert_eq!(watchers, 1, "limit {limit}: a child started without a watcher: {list}");
         } else {
             assert!(
