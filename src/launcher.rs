@@ -22,6 +22,9 @@ use crate::error::Error;
 
 /// How long `Drop` waits after closing stdin, and again after SIGTERM.
 const DROP_GRACE: Duration = Duration::from_millis(500);
+/// How long a dropped persistent launcher waits for its `session/end` (a
+/// round trip through ssh) before it closes the bridge anyway.
+const END_GRACE: Duration = Duration::from_secs(5);
 
 /// The command that starts a server, such as `exec-server` or `ssh host exec-server`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -457,7 +460,7 @@ impl Drop for Launcher {
         let stderr = self.stderr.abort_handle();
         let reap = async move {
             if let Some(client) = ending {
-                let _ = tokio::time::timeout(DROP_GRACE, client.end_session()).await;
+                let _ = tokio::time::timeout(END_GRACE, client.end_session()).await;
                 client.close();
             }
             for (mut bridge, stderr) in bridges {
