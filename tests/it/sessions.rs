@@ -70,6 +70,16 @@ async fn resume_bridge(path: &Path, session: &str) -> (Binary, Value) {
     }
 }
 
+/// Runs `program` (the binary, or `setpriv` before it) with `args` and no
+/// stdin, and asserts that it exits 1 saying `message` on stderr.
+fn refused_at_start(program: &str, args: &[&str], message: &str) {
+    let output =
+        std::process::Command::new(program).args(args).stdin(Stdio::null()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(message), "{stderr}");
+}
+
 /// Whether the tests run as root (to act as another user); otherwise says
 /// why `what` is skipped, and fails under `CI`.
 fn root_or_skip(what: &str) -> bool {
@@ -378,31 +388,18 @@ async fn a_daemon_refuses_another_user_and_a_public_directory() {
     );
     // nobody's bridge refuses, for its part, a socket in a directory it does not own.
     let url = format!("unix:{}", path.display());
-    let bridge = std::process::Command::new("setpriv")
-        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", BIN, "--connect", &url])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert_eq!(bridge.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&bridge.stderr);
-    assert!(
-        stderr.contains(&format!(
-            "the socket's directory {} must belong to uid 65534",
-            path.parent().unwrap().display()
-        )),
-        "{stderr}"
+    let nobody = ["--reuid=nobody", "--regid=nogroup", "--clear-groups", BIN, "--connect", &url];
+    let directory = path.parent().unwrap().display();
+    refused_at_start(
+        "setpriv",
+        &nobody,
+        &format!("the socket's directory {directory} must belong to uid 65534"),
     );
     // A directory others may enter is refused at start.
     let public = scratch("daemon-public");
     std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let output = std::process::Command::new(BIN)
-        .args(["--listen", &format!("unix:{}/d.sock", public.display())])
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains(&format!("the socket's directory {} must belong to uid 0 and be private (mode 0700); it is uid 0, mode 755", public.display())), "{stderr}");
+    let listen = format!("unix:{}/d.sock", public.display());
+    refused_at_start(BIN, &["--listen", &listen], &format!("the socket's directory {} must belong to uid 0 and be private (mode 0700); it is uid 0, mode 755", public.display()));
 }
 
 #[tokio::test]
@@ -424,14 +421,8 @@ async fn a_second_daemon_on_the_same_path_is_refused_and_an_idle_one_exits() {
         announced.push(byte[0] as char);
     }
     assert_eq!(announced, format!("{url}\n"));
-    let second = std::process::Command::new(BIN)
-        .args(["--listen", &url])
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert_eq!(second.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&second.stderr)
-        .contains(&format!("another exec-server already listens on {}", path.display())));
+    let taken = format!("another exec-server already listens on {}", path.display());
+    refused_at_start(BIN, &["--listen", &url], &taken);
     // No connection and no session: it exits by itself, and its socket goes.
     let status = within("the idle daemon to exit", first.wait()).await.unwrap();
     assert_eq!(status.code(), Some(0));
@@ -495,17 +486,8 @@ async fn a_bridge_refuses_a_directory_another_user_controls_and_writes_no_log_th
     let victim = scratch("daemon-planted-victim").join("created-by-nobody");
     std::os::unix::fs::symlink(&victim, dir.join("d.sock.log")).unwrap();
     let url = format!("unix:{}/d.sock", dir.display());
-    let output = std::process::Command::new(BIN)
-        .args(["--connect", &url, "--spawn-daemon"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains(&format!("the socket's directory {} must belong to uid 0", dir.display())),
-        "{stderr}"
-    );
+    let owner = format!("the socket's directory {} must belong to uid 0", dir.display());
+    refused_at_start(BIN, &["--connect", &url, "--spawn-daemon"], &owner);
     assert!(!victim.exists(), "the planted log link was followed");
 }
 
@@ -770,17 +752,8 @@ async fn detached_sessions_leave_room_for_connections_and_second_daemons_find_th
     assert_eq!(reply["result"]["sessionId"], session);
     // A lock file gone (a cleaner) does not let a second daemon steal the socket.
     std::fs::remove_file(format!("{}.lock", path.display())).unwrap();
-    let second = std::process::Command::new(BIN)
-        .args(["--listen", &url])
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert_eq!(second.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&second.stderr);
-    assert!(
-        stderr.contains(&format!("another exec-server already listens on {}", path.display())),
-        "{stderr}"
-    );
+    let taken = format!("another exec-server already listens on {}", path.display());
+    refused_at_start(BIN, &["--listen", &url], &taken);
     assert!(path.exists());
 }
 
