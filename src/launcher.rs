@@ -161,11 +161,10 @@ pub struct Launcher {
     stderr: JoinHandle<()>,
     /// A `--listen` server does not read stdin: it ends on SIGTERM.
     listening: bool,
-    /// In daemon mode, the bridges started after the first (one per resume),
-    /// with their stderr forwarders.
-    bridges: Bridges,
-    /// Daemon mode: the session outlives the bridge, so dropping ends it.
-    persistent: bool,
+    /// Daemon mode only (the session outlives the bridge, so dropping ends
+    /// it): the bridges started after the first (one per resume), with their
+    /// stderr forwarders.
+    bridges: Option<Bridges>,
 }
 
 impl Launcher {
@@ -188,33 +187,24 @@ impl Launcher {
         let stdin = Arc::new(Mutex::new(Some(stdin)));
         let writer = SharedStdin(stdin.clone());
         let connected = Client::connect_with(stdout, writer, options).await;
-        Launcher::own(connected, child, stdin, pid, stderr, Arc::default()).await
+        Launcher::own(connected, child, stdin, pid, stderr, None).await
     }
 
-    /// The launcher of a stdio server (or bridge) `child` once its client has
-    /// connected; when it could not, the child is killed and reaped.
+    /// The launcher of a stdio server (or, with `bridges`, the first bridge of
+    /// a persistent launch) `child` once its client has connected; when it
+    /// could not, the child is killed and reaped.
     async fn own(
         connected: Result<Client, Error>,
         mut child: Child,
         stdin: Arc<Mutex<Option<ChildStdin>>>,
         pid: u32,
         stderr: JoinHandle<()>,
-        bridges: Bridges,
+        bridges: Option<Bridges>,
     ) -> Result<Launcher, Error> {
         match connected {
             Ok(client) => {
                 let child = Some(child);
-                let persistent = false;
-                Ok(Launcher {
-                    client,
-                    child,
-                    stdin,
-                    pid,
-                    stderr,
-                    listening: false,
-                    bridges,
-                    persistent,
-                })
+                Ok(Launcher { client, child, stdin, pid, stderr, listening: false, bridges })
             }
             Err(error) => {
                 let _ = child.start_kill();
@@ -247,18 +237,8 @@ impl Launcher {
                 let Started { child, stdin, stderr, pid, .. } = started;
                 let stdin = Arc::new(Mutex::new(Some(stdin)));
                 let child = Some(child);
-                let bridges = Arc::default();
-                let persistent = false;
-                Ok(Launcher {
-                    client,
-                    child,
-                    stdin,
-                    pid,
-                    stderr,
-                    listening: true,
-                    bridges,
-                    persistent,
-                })
+                let bridges = None;
+                Ok(Launcher { client, child, stdin, pid, stderr, listening: true, bridges })
             }
             Err(error) => Err(started.abandon(error).await),
         }
@@ -302,10 +282,7 @@ impl Launcher {
         });
         let connected = Client::connect_resumable(connector, options).await;
         // The client owns the first bridge's stdin (`Connector`), not the launcher.
-        let mut launcher =
-            Launcher::own(connected, child, Arc::default(), pid, stderr, bridges).await?;
-        launcher.persistent = true;
-        Ok(launcher)
+        Launcher::own(connected, child, Arc::default(), pid, stderr, Some(bridges)).await
     }
 }
 
@@ -444,11 +421,15 @@ impl Drop for Launcher {
         // A bridge's end only detaches the session: in daemon mode the
         // session is ended first (its processes go now, not after the
         // daemon's ttl), then the bridges.
-        let ending = self.persistent.then(|| self.client.clone());
+        let ending = self.bridges.is_some().then(|| self.client.clone());
         if ending.is_none() {
             self.close_stdin();
         }
-        let bridges: Vec<_> = lock(&self.bridges).drain(..).collect();
+        let bridges: Vec<_> = self
+            .bridges
+            .as_ref()
+            .map(|bridges| lock(bridges).drain(..).collect())
+            .unwrap_or_default();
         let Some(mut child) = self.child.take() else {
             for (mut bridge, stderr) in bridges {
                 let _ = bridge.start_kill();
