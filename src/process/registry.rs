@@ -161,15 +161,8 @@ pub(crate) fn reap_orphans() -> usize {
 pub(crate) fn kill_descendants() -> usize {
     let me = std::process::id();
     let watcher = WATCHER_PID.get().copied();
-    tree::until_none_left(|| {
-        tree::all_pids()
-            .into_iter()
-            .filter(|&pid| pid != me && Some(pid) != watcher)
-            .filter(|&pid| {
-                tree::signal_if(pid, &[Signal::KILL], |stat| tree::descends_from(stat, me))
-            })
-            .count()
-    })
+    let spared: Vec<u32> = watcher.into_iter().collect();
+    tree::until_none_left(|| tree::signal_descendants(me, &spared, Signal::KILL))
 }
 
 /// Our children, from every thread's `children` list (zombies included).

@@ -272,22 +272,17 @@ pub(crate) fn until_none_left(mut pass: impl FnMut() -> usize) -> usize {
     total
 }
 
-/// Whether the process described by `stat` has `ancestor` above it.
-pub(crate) fn descends_from(stat: Stat, ancestor: u32) -> bool {
-    let mut parent = stat.ppid;
-    for _ in 0..128 {
-        if parent == ancestor {
-            return true;
-        }
-        if parent <= 1 {
-            return false;
-        }
-        match self::stat(parent) {
-            Ok(next) => parent = next.ppid,
-            Err(_) => return false,
-        }
-    }
-    false
+/// Sends `signal` to every process below `ancestor` except those in
+/// `spared`, as one snapshot of `/proc` shows them; returns how many.
+pub(crate) fn signal_descendants(ancestor: u32, spared: &[u32], signal: Signal) -> usize {
+    let snapshot = Snapshot::take();
+    snapshot
+        .stats
+        .iter()
+        .filter(|&(pid, _)| *pid != ancestor && !spared.contains(pid))
+        .filter(|&(_, &seen)| snapshot.descends(seen, ancestor))
+        .filter(|&(&pid, &seen)| signal_if(pid, &[signal], |now| now.start == seen.start))
+        .count()
 }
 
 /// A pidfd for `pid`.
