@@ -39,6 +39,25 @@ const MAX_WAITING: usize = 4096;
 /// Bytes of process requests that may wait behind a start (writes carry data).
 const MAX_WAITING_BYTES: usize = 64 * 1024 * 1024;
 
+/// A session's end at its client's word (`session/end`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// Not asked for.
+    Open,
+    /// Received, waiting behind a start: nothing sent after it runs.
+    Asked,
+    /// Run: the connection closes and nobody can resume the session.
+    Ended,
+    /// Run, and the loop has acted on it.
+    Seen,
+}
+
+impl Ending {
+    fn has_run(self) -> bool {
+        matches!(self, Ending::Ended | Ending::Seen)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// Nothing yet.
@@ -62,13 +81,8 @@ pub(super) struct State {
     sessions: Option<Arc<Sessions>>,
     /// Set by an `initialize` that resumes another session.
     claimed: Option<Claimed>,
-    /// Set by `session/end`: the connection closes and nobody can resume the session.
-    ended: bool,
-    /// The loop has seen `ended`.
-    end_seen: bool,
-    /// A `session/end` was received (it may wait behind a start): nothing
-    /// sent after it runs.
-    end_asked: bool,
+    /// Where the client's `session/end` stands.
+    ending: Ending,
     /// The client has spoken today's dialect (a file URI, `environment/*`):
     /// refused writes are answered with a status.
     today: bool,
@@ -93,9 +107,7 @@ impl State {
             session_id,
             sessions,
             claimed: None,
-            ended: false,
-            end_seen: false,
-            end_asked: false,
+            ending: Ending::Open,
             today: false,
             fs: FsCalls::new(roots.clone()),
             watches: Watcher::new(roots.clone()),
@@ -128,7 +140,11 @@ impl State {
 
     /// Whether the client has just ended its session (`session/end`): true once.
     pub(super) fn take_ended(&mut self) -> bool {
-        self.ended && !std::mem::replace(&mut self.end_seen, true)
+        let ended = self.ending == Ending::Ended;
+        if ended {
+            self.ending = Ending::Seen;
+        }
+        ended
     }
 
     /// The connection is gone and the session detaches: what belonged to
@@ -206,7 +222,9 @@ impl State {
         out.push(line);
         while let Some((next, _, _)) = self.waiting.front() {
             // Nothing behind a `session/end` runs: the loop refuses it as the connection ends.
-            if self.ended || (self.table.is_starting() && next.method != ProcessStart::NAME) {
+            if self.ending.has_run()
+                || (self.table.is_starting() && next.method != ProcessStart::NAME)
+            {
                 break;
             }
             let Some((Request { id, method, params }, spoken, bytes)) = self.waiting.pop_front()
@@ -260,7 +278,7 @@ impl State {
         if let Err(error) = self.check_ready(&method) {
             return Some(error_reply(&id, error));
         }
-        if self.end_asked {
+        if self.ending != Ending::Open {
             let error = ErrorObject::invalid_request(format!(
                 "{method} was not run: the connection is ending"
             ));
@@ -313,8 +331,9 @@ impl State {
                 return Some(error_reply(&id, error));
             }
             // An end that waits behind a start ends what may run from now on.
-            self.end_asked |=
-                method == SessionEnd::NAME && decode::<SessionEnd>(params.clone()).is_ok();
+            if method == SessionEnd::NAME && decode::<SessionEnd>(params.clone()).is_ok() {
+                self.ending = Ending::Asked;
+            }
             self.waiting_bytes += bytes;
             self.waiting.push_back((Request { id, method, params }, (dialect, numbering), bytes));
             return None;
@@ -385,10 +404,10 @@ impl State {
             }
             ProcessList::NAME => call::<ProcessList>(&id, params, |_| Ok(table.list())),
             SessionEnd::NAME => {
-                let ended = &mut self.ended;
+                let ending = &mut self.ending;
                 call::<SessionEnd>(&id, params, |_| {
                     table.end_session();
-                    *ended = true;
+                    *ending = Ending::Ended;
                     Ok(Empty {})
                 })
             }
