@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+mod ws_auth;
+
 use crate::host;
 use crate::server::{self, Config, ListenOptions, OnEof};
 use crate::server::{DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_PROCESSES, DEFAULT_MAX_RETAINED_BYTES};
@@ -55,10 +57,9 @@ struct Cli {
     /// Accepted for upstream's command line; requests are always served concurrently.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     concurrent_requests: Option<u32>,
-    /// File holding the bearer token WebSocket clients must send (required off loopback).
-    #[arg(long, value_name = "FILE")]
-    token_file: Option<PathBuf>,
-    /// With --listen: connections served at once (handshakes included); beyond, HTTP 503.
+    #[command(flatten)]
+    ws_auth: ws_auth::WsAuthFlags,
+    /// With --listen: connections served at once (upgraded ones; handshakes have a budget of their own); beyond, HTTP 503.
     #[arg(long, value_name = "N", default_value_t = crate::server::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
     /// Confine every process: writes only beneath the --root directories (or its cwd), no network.
@@ -159,7 +160,7 @@ pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> E
         },
         ..Config::default()
     };
-    let listen = match listen_on(cli.listen.as_deref(), cli.token_file.as_deref()) {
+    let listen = match listen_on(cli.listen.as_deref(), &cli.ws_auth) {
         Ok(listen) => listen,
         Err(message) => {
             eprintln!("exec-server: {message}");
@@ -194,8 +195,8 @@ pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> E
         let shutdown = shutdown_signal()?;
         let reaper = tokio::spawn(host::reap_orphans());
         let result = match listen {
-            ListenOn::WebSocket(address, token) => {
-                let options = ListenOptions { token, ..listen_options };
+            ListenOn::WebSocket(address, auth) => {
+                let options = ListenOptions { auth, ..listen_options };
                 serve_websocket(address, options, shutdown).await
             }
             ListenOn::Unix(path) => serve_unix(&path, listen_options, idle_exit, shutdown).await,
@@ -239,15 +240,21 @@ pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> E
 /// Where the server listens.
 enum ListenOn {
     Stdio,
-    WebSocket(SocketAddr, Option<String>),
+    WebSocket(SocketAddr, crate::listen::Auth),
     Unix(PathBuf),
 }
 
 /// Parses `--listen` (`ws://IP:PORT`, `unix:PATH`, `stdio`, `stdio://`, or
-/// absent) and reads the token file; a non-loopback address needs a token.
-fn listen_on(url: Option<&str>, token_file: Option<&std::path::Path>) -> Result<ListenOn, String> {
+/// absent) and the auth flags; a non-loopback address needs a token, and the
+/// auth flags need a WebSocket listener.
+fn listen_on(url: Option<&str>, flags: &ws_auth::WsAuthFlags) -> Result<ListenOn, String> {
+    let not_ws = |what: &str| {
+        format!("the --ws-auth and token flags configure a WebSocket listener; --listen {what} has none")
+    };
     let url = match url {
+        None | Some("stdio" | "stdio://") if flags.any() => return Err(not_ws("stdio")),
         None | Some("stdio" | "stdio://") => return Ok(ListenOn::Stdio),
+        Some(url) if url.starts_with("unix:") && flags.any() => return Err(not_ws(url)),
         Some(url) if url.starts_with("unix:") => {
             return unix_path(url, "--listen").map(ListenOn::Unix)
         }
@@ -260,24 +267,13 @@ fn listen_on(url: Option<&str>, token_file: Option<&std::path::Path>) -> Result<
         .ok_or_else(|| {
             format!("--listen {url}: expected ws://IP:PORT (such as ws://127.0.0.1:0), unix:PATH or stdio")
         })?;
-    let token = match token_file {
-        None => None,
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("--token-file {}: {e}", path.display()))?;
-            let token = text.trim().to_owned();
-            if token.is_empty() {
-                return Err(format!("--token-file {}: the file is empty", path.display()));
-            }
-            Some(token)
-        }
-    };
-    if !address.ip().is_loopback() && token.is_none() {
+    let auth = flags.auth()?;
+    if !address.ip().is_loopback() && !auth.needs_token() {
         return Err(format!(
-            "--listen {url}: a non-loopback address needs --token-file (clients then send Authorization: Bearer TOKEN)"
+            "--listen {url}: a non-loopback address needs --ws-auth (or --token-file; clients then send Authorization: Bearer TOKEN)"
         ));
     }
-    Ok(ListenOn::WebSocket(address, token))
+    Ok(ListenOn::WebSocket(address, auth))
 }
 
 /// The absolute path of `unix:PATH` (also `unix://PATH`); `unix:` alone is
@@ -431,11 +427,12 @@ mod tests {
 
     #[test]
     fn listen_urls_parse() {
-        assert!(matches!(listen_on(Some("stdio"), None), Ok(ListenOn::Stdio)));
+        let none = ws_auth::WsAuthFlags::default();
+        assert!(matches!(listen_on(Some("stdio"), &none), Ok(ListenOn::Stdio)));
         assert!(
-            matches!(listen_on(Some("unix:/r/s"), None), Ok(ListenOn::Unix(p)) if p == std::path::Path::new("/r/s"))
+            matches!(listen_on(Some("unix:/r/s"), &none), Ok(ListenOn::Unix(p)) if p == std::path::Path::new("/r/s"))
         );
-        assert!(listen_on(Some("unix:rel"), None).is_err());
-        assert!(listen_on(Some("ws://0.0.0.0:1"), None).is_err());
+        assert!(listen_on(Some("unix:rel"), &none).is_err());
+        assert!(listen_on(Some("ws://0.0.0.0:1"), &none).is_err());
     }
 }

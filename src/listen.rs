@@ -13,9 +13,14 @@
 //! once; when the process is out of descriptors, the accept loop pauses
 //! instead of spinning.
 
+mod auth;
 mod frames;
 mod handshake;
+mod peer;
 mod unix;
+
+pub(crate) use self::auth::parse_sha256;
+pub use self::auth::{sign_hs256, Auth, SignedBearer, DEFAULT_CLOCK_SKEW};
 
 pub use self::unix::{bind as bind_unix, UnixSocket};
 pub(crate) use self::unix::{
@@ -46,6 +51,9 @@ pub const PING_INTERVAL: Duration = Duration::from_secs(30);
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default `--max-connections`.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+/// Connections whose upgrade is under way at once; a new arrival beyond
+/// evicts the oldest of them (it is never refused).
+pub const MAX_PENDING_HANDSHAKES: usize = 512;
 /// Bytes of incoming messages all connections together may hold at once
 /// (at least one `--max-message-bytes` message always fits).
 pub const MESSAGE_BUDGET: usize = 256 * 1024 * 1024;
@@ -63,11 +71,13 @@ const ACCEPT_LOG_INTERVAL: Duration = Duration::from_secs(10);
 pub struct ListenOptions {
     /// Settings of every connection (`on_eof` is always kill).
     pub config: Config,
-    /// The bearer token every upgrade must carry, if any.
-    pub token: Option<String>,
+    /// What every upgrade must present; without a token, only loopback
+    /// peers of the server's own uid are served.
+    pub auth: Auth,
     /// How often each peer is pinged ([`PING_INTERVAL`] in the binary).
     pub ping_interval: Duration,
-    /// Connections served at once (handshakes included); beyond, 503.
+    /// Upgraded connections served at once; beyond, 503. Handshakes under
+    /// way count against [`MAX_PENDING_HANDSHAKES`] instead.
     pub max_connections: usize,
     /// How long a detached session waits to be resumed ([`DEFAULT_SESSION_TTL`]).
     pub session_ttl: Duration,
@@ -80,7 +90,7 @@ impl Default for ListenOptions {
     fn default() -> ListenOptions {
         ListenOptions {
             config: Config::default(),
-            token: None,
+            auth: Auth::OwnerOnly,
             ping_interval: PING_INTERVAL,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             session_ttl: DEFAULT_SESSION_TTL,
@@ -161,6 +171,18 @@ where
     // idle exit), and connections attached (for --max-connections).
     let active = Arc::new(watch::Sender::new(0usize));
     let attached = Arc::new(watch::Sender::new(0usize));
+    let shared = Shared {
+        options: options.clone(),
+        roots,
+        budget,
+        retained,
+        sessions,
+        stopped,
+        done: done.clone(),
+        active: active.clone(),
+        attached: attached.clone(),
+    };
+    let mut pending = Pending::new(MAX_PENDING_HANDSHAKES);
     let mut active_changed = active.subscribe();
     let mut idle_since: Option<tokio::time::Instant> = None;
     tokio::pin!(shutdown);
@@ -174,29 +196,22 @@ where
         let idle_deadline = idle_exit.zip(idle_since).map(|(idle, since)| since + idle);
         tokio::select! {
             accepted = socket.accept() => match accepted {
-                Ok(accepted) => {
+                Ok(Accepted::Tcp(stream, peer)) => match admit_peer(&stream, peer, &options.auth) {
+                    // Refused here, before a byte is read: no task, no thread.
+                    Err(refusal) => {
+                        tracing::warn!(%peer, "{refusal}");
+                        refuse(stream.as_fd(), handshake::answer(403, &refusal, "").as_bytes());
+                    }
+                    Ok(inode) => pending.start(upgrade(stream, peer, inode, shared.clone())),
+                },
+                Ok(Accepted::Unix(stream)) => {
                     if *attached.borrow() >= options.max_connections {
                         tracing::info!("too many connections; refused one");
-                        match &accepted {
-                            Accepted::Tcp(stream, _) => refuse(stream.as_fd(), handshake::BUSY),
-                            Accepted::Unix(stream) => {
-                                refuse(stream.as_fd(), unix::busy(options.max_connections).as_bytes());
-                            }
-                        }
+                        refuse(stream.as_fd(), unix::busy(options.max_connections).as_bytes());
                         continue;
                     }
-                    let context = Context {
-                        options: options.clone(),
-                        roots: roots.clone(),
-                        budget: budget.clone(),
-                        retained: retained.clone(),
-                        sessions: sessions.clone(),
-                        stopped: stopped.clone(),
-                        _done: done.clone(),
-                        active: ActiveGuard::new(&active),
-                        slot: ActiveGuard::new(&attached),
-                    };
-                    start_connection(accepted, context);
+                    let slot = ActiveGuard::new(&attached);
+                    start_connection(Served::Unix(stream), shared.clone().context(slot));
                 }
                 Err(error) if out_of_resources(&error) => {
                     ACCEPT_FAILURES.log(&error);
@@ -208,6 +223,7 @@ where
                 }
                 Err(error) => tracing::debug!(%error, "accepting a connection failed"),
             },
+            Some(_) = pending.tasks.join_next(), if !pending.tasks.is_empty() => {}
             _ = active_changed.changed() => {}
             () = tokio::time::sleep_until(idle_deadline.unwrap_or_else(tokio::time::Instant::now)), if idle_deadline.is_some() => {
                 tracing::info!(idle = ?idle_exit, "no connection or session for the idle time; exiting");
@@ -217,12 +233,118 @@ where
         }
     }
     tracing::info!(threads = *active.borrow(), "shutting down every connection and session");
+    pending.tasks.abort_all();
+    drop(shared);
     let _ = stop.send(true);
     drop(done);
     if tokio::time::timeout(SHUTDOWN_GRACE, all_done.recv()).await.is_err() {
         tracing::warn!("connections did not end in time; leaving them");
     }
     Ok(())
+}
+
+/// Decides on a TCP peer before anything is read from it. A peer on this
+/// machine (found by [`peer::lookup`], loopback or not) without a token
+/// configured must run as the server's uid; a loopback peer whose owner
+/// cannot be found is refused (fail closed). `Ok` carries the peer socket's
+/// inode when it is local, for the sandbox check.
+fn admit_peer(stream: &TcpStream, peer: SocketAddr, auth: &Auth) -> Result<Option<u64>, String> {
+    let local = stream
+        .local_addr()
+        .map_err(|e| format!("connection refused: cannot read the connection's address ({e})"))?;
+    let owner = euid();
+    match peer::lookup(local, peer) {
+        Ok(found) if !auth.needs_token() && found.uid != owner => Err(format!(
+            "connection refused: the peer runs as uid {}, and this server serves only uid {owner} without a token",
+            found.uid
+        )),
+        Ok(found) => Ok(Some(found.inode)),
+        Err(error) if peer::is_loopback(peer.ip()) => Err(format!(
+            "connection refused: cannot tell which user the peer runs as ({error})"
+        )),
+        Err(_) if auth.needs_token() => Ok(None),
+        Err(_) => Err("connection refused: a peer off loopback needs a token".to_owned()),
+    }
+}
+
+/// The refusal of a peer that a process in one of this server's sandboxes holds.
+pub(crate) const SANDBOXED_PEER: &str =
+    "connection refused: the peer is a process in one of this server's sandboxes";
+
+/// One connection from accept to upgrade, on the listener's runtime: the
+/// sandbox check (a blocking walk of the server's descendants), then the
+/// handshake, bounded by [`HANDSHAKE_TIMEOUT`]. A connection slot is taken
+/// only for an upgrade; the thread starts after it.
+async fn upgrade(mut stream: TcpStream, peer: SocketAddr, inode: Option<u64>, shared: Shared) {
+    if let Some(inode) = inode {
+        let held = tokio::task::spawn_blocking(move || peer::held_by_sandbox(inode)).await;
+        if held.unwrap_or(true) {
+            tracing::warn!(%peer, "{SANDBOXED_PEER}");
+            refuse(stream.as_fd(), handshake::answer(403, SANDBOXED_PEER, "").as_bytes());
+            return;
+        }
+    }
+    let _ = stream.set_nodelay(true);
+    let mut slot = None;
+    let (attached, max) = (shared.attached.clone(), shared.options.max_connections);
+    let admit = || {
+        if *attached.borrow() >= max {
+            tracing::info!("too many connections; refused one");
+            return false;
+        }
+        slot = Some(ActiveGuard::new(&attached));
+        true
+    };
+    let auth = shared.options.auth.clone();
+    let handshake = handshake::handshake(&mut stream, &auth, admit);
+    let (leftover, request_id) = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+        Ok(Ok(Outcome::Upgraded { leftover, request_id })) => (leftover, request_id),
+        Ok(Ok(Outcome::Answered { status, request_id })) => {
+            tracing::info!(%peer, status, ?request_id, "answered a request without upgrading");
+            return;
+        }
+        Ok(Ok(Outcome::Gone)) => return,
+        Ok(Err(error)) => {
+            tracing::info!(%peer, %error, "the upgrade failed");
+            return;
+        }
+        Err(_) => {
+            tracing::info!(%peer, "no upgrade request within {HANDSHAKE_TIMEOUT:?}; closing");
+            return;
+        }
+    };
+    let Some(slot) = slot else { return };
+    let request_id = request_id.unwrap_or_default();
+    tracing::info!(%peer, request_id, "connection opened");
+    let served = Served::WebSocket { stream, peer, leftover, request_id };
+    start_connection(served, shared.context(slot));
+}
+
+/// Handshakes under way, on the listener's runtime: at most `limit`; a new
+/// one beyond evicts the oldest (its socket closes), so a flood of idle or
+/// trickling connections delays an honest client by nothing but its own
+/// handshake.
+struct Pending {
+    tasks: tokio::task::JoinSet<()>,
+    order: std::collections::VecDeque<tokio::task::AbortHandle>,
+    limit: usize,
+}
+
+impl Pending {
+    fn new(limit: usize) -> Pending {
+        Pending { tasks: tokio::task::JoinSet::new(), order: Default::default(), limit }
+    }
+
+    fn start(&mut self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.order.retain(|handle| !handle.is_finished());
+        while self.order.len() >= self.limit {
+            if let Some(oldest) = self.order.pop_front() {
+                oldest.abort();
+                EVICTIONS.log(&io::Error::other("too many handshakes under way"));
+            }
+        }
+        self.order.push_back(self.tasks.spawn(task));
+    }
 }
 
 /// Whether an accept failed for want of descriptors or memory (it would fail again at once).
@@ -258,7 +380,9 @@ impl Throttled {
 static ACCEPT_FAILURES: Throttled = Throttled::new("cannot accept connections; pausing accepts");
 /// Connections refused because their thread or runtime could not start.
 static START_FAILURES: Throttled =
-    Throttled::new("cannot start a connection's thread or runtime; answered 503");
+    Throttled::new("cannot start a connection's thread or runtime; closed it");
+/// Handshakes evicted by newer ones.
+static EVICTIONS: Throttled = Throttled::new("evicted the oldest handshake under way");
 
 /// Counts a connection's thread as active until dropped.
 pub(crate) struct ActiveGuard(Arc<watch::Sender<usize>>);
@@ -276,6 +400,37 @@ impl Drop for ActiveGuard {
     }
 }
 
+/// What every connection shares, cloned into each.
+#[derive(Clone)]
+struct Shared {
+    options: Arc<ListenOptions>,
+    roots: Arc<Roots>,
+    budget: MessageBudget,
+    retained: Arc<crate::process::Account>,
+    sessions: Arc<Sessions>,
+    stopped: watch::Receiver<bool>,
+    done: mpsc::Sender<()>,
+    active: Arc<watch::Sender<usize>>,
+    attached: Arc<watch::Sender<usize>>,
+}
+
+impl Shared {
+    /// The context of a connection that holds `slot`.
+    fn context(self, slot: ActiveGuard) -> Context {
+        Context {
+            active: ActiveGuard::new(&self.active),
+            options: self.options,
+            roots: self.roots,
+            budget: self.budget,
+            retained: self.retained,
+            sessions: self.sessions,
+            stopped: self.stopped,
+            _done: self.done,
+            slot,
+        }
+    }
+}
+
 /// What a connection's thread takes along.
 struct Context {
     options: Arc<ListenOptions>,
@@ -290,48 +445,57 @@ struct Context {
     slot: ActiveGuard,
 }
 
-/// Starts the connection's thread (it answers 503 itself if its runtime cannot start).
-fn start_connection(accepted: Accepted, context: Context) {
+/// A connection ready for its thread.
+enum Served {
+    /// Upgraded, with the bytes read after the upgrade request.
+    WebSocket { stream: TcpStream, peer: SocketAddr, leftover: Vec<u8>, request_id: String },
+    /// A daemon connection (its peer is checked on the thread).
+    Unix(tokio::net::UnixStream),
+}
+
+/// Starts the connection's thread (which closes the connection if its runtime cannot start).
+fn start_connection(served: Served, context: Context) {
     let thread = std::thread::Builder::new().name("exec-server-conn".into()).spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .max_blocking_threads(8)
             .enable_all()
             .build();
-        match runtime {
-            Ok(runtime) => runtime.block_on(async move {
-                // Registered with this thread's reactor, not the listener's.
-                let served = match accepted {
-                    Accepted::Tcp(stream, peer) => {
-                        match stream.into_std().and_then(TcpStream::from_std) {
-                            Ok(stream) => {
-                                connection(stream, peer, context).await;
-                                Ok(())
-                            }
-                            Err(error) => Err(error),
-                        }
-                    }
-                    Accepted::Unix(stream) => {
-                        match stream.into_std().and_then(tokio::net::UnixStream::from_std) {
-                            Ok(stream) => {
-                                unix::connection(stream, context).await;
-                                Ok(())
-                            }
-                            Err(error) => Err(error),
-                        }
-                    }
-                };
-                if let Err(error) = served {
-                    tracing::warn!(%error, "cannot serve a connection");
-                }
-            }),
+        let runtime = match runtime {
+            Ok(runtime) => runtime,
             Err(error) => {
                 tracing::debug!(%error, "cannot start a connection's runtime");
                 START_FAILURES.log(&error);
-                if let Accepted::Tcp(stream, _) = &accepted {
-                    refuse(stream.as_fd(), handshake::BUSY);
-                }
+                return;
             }
-        }
+        };
+        runtime.block_on(async move {
+            // Registered with this thread's reactor, not the listener's.
+            let served = match served {
+                Served::WebSocket { stream, peer, leftover, request_id } => {
+                    let span = tracing::info_span!("connection", %peer, request_id);
+                    match stream.into_std().and_then(TcpStream::from_std) {
+                        Ok(stream) => {
+                            use tracing::Instrument;
+                            serve_websocket(stream, leftover, context).instrument(span).await;
+                            Ok(())
+                        }
+                        Err(error) => Err(error),
+                    }
+                }
+                Served::Unix(stream) => {
+                    match stream.into_std().and_then(tokio::net::UnixStream::from_std) {
+                        Ok(stream) => {
+                            unix::connection(stream, context).await;
+                            Ok(())
+                        }
+                        Err(error) => Err(error),
+                    }
+                }
+            };
+            if let Err(error) = served {
+                tracing::warn!(%error, "cannot serve a connection");
+            }
+        });
     });
     // Detached: it ends with its connection (the listener waits through `_done`).
     if let Err(error) = thread {
@@ -367,35 +531,17 @@ fn refuse(socket: BorrowedFd<'_>, answer: &[u8]) {
     drain();
 }
 
-async fn connection(mut stream: TcpStream, peer: SocketAddr, context: Context) {
+/// Serves an upgraded WebSocket connection (on its own thread's runtime).
+async fn serve_websocket(stream: TcpStream, leftover: Vec<u8>, context: Context) {
     let Context { options, roots, budget, retained, sessions, stopped, _done, active, slot } =
         context;
     let _active = active;
-    let _ = stream.set_nodelay(true);
     drop_dead_peers(&stream);
-    let handshake = handshake::handshake(&mut stream, options.token.as_deref());
-    let leftover = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
-        Ok(Ok(Outcome::Upgraded { leftover })) => leftover,
-        Ok(Ok(Outcome::Answered(status))) => {
-            tracing::info!(%peer, status, "answered a request without upgrading");
-            return;
-        }
-        Ok(Ok(Outcome::Gone)) => return,
-        Ok(Err(error)) => {
-            tracing::info!(%peer, %error, "the upgrade failed");
-            return;
-        }
-        Err(_) => {
-            tracing::info!(%peer, "no upgrade request within {HANDSHAKE_TIMEOUT:?}; closing");
-            return;
-        }
-    };
-    tracing::info!(%peer, "connection opened");
     let limit = options.config.max_message_bytes;
     let channels = bridge(stream, leftover, limit, budget, options.ping_interval);
     let config = Config { on_eof: OnEof::Kill, ..options.config.clone() };
     serve_resumable(channels, roots, &config, retained, &sessions, slot, stopping(stopped)).await;
-    tracing::info!(%peer, "connection's thread done");
+    tracing::info!("connection's thread done");
 }
 
 /// Completes when the listener stops.
@@ -479,6 +625,11 @@ fn bridge(
                     message
                 }
                 Event::TooLong => Incoming::TooLong { limit },
+                Event::Starved => Incoming::Malformed(format!(
+                    "the message was discarded: the server's budget for incoming messages ({} MiB across connections) stayed full for {:?}; send it again later",
+                    MESSAGE_BUDGET >> 20,
+                    frames::BUDGET_WAIT
+                )),
                 Event::Ping(payload) => {
                     let _ = control_tx.send(Control::Pong(payload)).await;
                     continue;

@@ -17,9 +17,9 @@ mod park;
 mod session;
 
 pub use crate::listen::{
-    bind_unix, listen, listen_unix, ListenOptions, UnixSocket, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_DETACHED_SESSIONS, DEFAULT_SESSION_TTL, HANDSHAKE_TIMEOUT, MESSAGE_BUDGET,
-    PING_INTERVAL,
+    bind_unix, listen, listen_unix, sign_hs256, Auth, ListenOptions, SignedBearer, UnixSocket,
+    DEFAULT_CLOCK_SKEW, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_DETACHED_SESSIONS,
+    DEFAULT_SESSION_TTL, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES, MESSAGE_BUDGET, PING_INTERVAL,
 };
 
 use std::future::Future;

@@ -2,10 +2,13 @@
 //!
 //! The reader assembles messages frame by frame and never holds more than
 //! `--max-message-bytes` of one: a message past the limit is skipped as its
-//! bytes arrive, then reported. Before it reads a data frame's payload it
-//! takes that many bytes from the server-wide [`MessageBudget`], so all
-//! connections together buffer at most the budget, and gives them back when
-//! the message has been decoded. The writer sends unmasked frames.
+//! bytes arrive, then reported. What a message holds is charged as it
+//! arrives, never as a header claims: the first [`OWN_SHARE`] bytes to the
+//! connection's own share, the rest step by step to the server-wide
+//! [`MessageBudget`] (given back when the message has been decoded). A
+//! message that waits [`BUDGET_WAIT`] for room is discarded and reported; a
+//! frame that stops arriving for [`STALL_TIMEOUT`] closes the connection.
+//! The writer sends unmasked frames.
 
 use std::io;
 use std::sync::Arc;
@@ -32,6 +35,8 @@ pub(super) enum Event {
     Message { text: bool, bytes: Vec<u8>, _held: Option<OwnedSemaphorePermit> },
     /// A message over the limit, skipped.
     TooLong,
+    /// A message skipped because the shared budget stayed full.
+    Starved,
     /// A ping, to be answered with this payload.
     Ping(Vec<u8>),
     /// The peer's close frame, with its code if any.
@@ -52,6 +57,37 @@ pub(super) const OP_CLOSE: u8 = 8;
 pub(super) const OP_PING: u8 = 9;
 pub(super) const OP_PONG: u8 = 10;
 
+/// Bytes of a message each connection holds outside the shared budget: small
+/// messages and pings never wait for room that other connections hold.
+pub(crate) const OWN_SHARE: usize = 1 << 20;
+/// How long a message waits for room in the shared budget before it is
+/// discarded (and its sender told); only its own connection waits.
+pub(crate) const BUDGET_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a frame (or a message's next frame) may stop arriving before
+/// the connection is closed.
+pub(crate) const STALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+/// The most bytes read (and charged) in one step.
+const STEP: usize = 64 * 1024;
+
+/// Why the frames of a message are being skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Skipping {
+    No,
+    /// Over `--max-message-bytes`.
+    TooLong,
+    /// The shared budget stayed full for [`BUDGET_WAIT`].
+    Starved,
+}
+
+/// How a frame's payload arrived.
+enum Arrival {
+    Whole,
+    /// The peer closed the stream mid-frame.
+    Ended,
+    /// The budget had no room; this many bytes of the frame are still unread.
+    Starved(u64),
+}
+
 /// Reads frames from the peer.
 pub(super) struct Reader<R> {
     io: R,
@@ -59,10 +95,10 @@ pub(super) struct Reader<R> {
     start: usize,
     limit: usize,
     budget: MessageBudget,
-    /// The message being assembled (text?, bytes, budget share), across control frames.
+    /// The message being assembled (text?, bytes, share of the shared budget), across control frames.
     message: Option<(bool, Vec<u8>, Option<OwnedSemaphorePermit>)>,
-    /// The message under way is over the limit: its frames are skipped.
-    skipping: bool,
+    /// Whether (and why) the message under way is being skipped.
+    skipping: Skipping,
 }
 
 struct Header {
@@ -75,13 +111,22 @@ struct Header {
 impl<R: AsyncRead + Unpin> Reader<R> {
     /// A reader of `io`, starting with bytes already read after the handshake.
     pub(super) fn new(io: R, leftover: Vec<u8>, limit: usize, budget: MessageBudget) -> Reader<R> {
-        Reader { io, buffer: leftover, start: 0, limit, budget, message: None, skipping: false }
+        Reader {
+            io,
+            buffer: leftover,
+            start: 0,
+            limit,
+            budget,
+            message: None,
+            skipping: Skipping::No,
+        }
     }
 
     /// The next event; `None` when the peer closed the stream.
     pub(super) async fn next(&mut self) -> io::Result<Option<Event>> {
         loop {
             let Some(header) = self.header().await? else { return Ok(None) };
+            let skipping = self.skipping != Skipping::No;
             match header.opcode {
                 OP_CLOSE | OP_PING | OP_PONG => {
                     if !header.fin || header.len > 125 {
@@ -97,10 +142,10 @@ impl<R: AsyncRead + Unpin> Reader<R> {
                         _ => continue,
                     }
                 }
-                OP_TEXT | OP_BINARY if self.message.is_none() && !self.skipping => {
+                OP_TEXT | OP_BINARY if self.message.is_none() && !skipping => {
                     self.message = Some((header.opcode == OP_TEXT, Vec::new(), None));
                 }
-                OP_CONTINUATION if self.message.is_some() || self.skipping => {}
+                OP_CONTINUATION if self.message.is_some() || skipping => {}
                 _ => {
                     return Ok(Some(Event::Broken {
                         code: CLOSE_PROTOCOL,
@@ -109,28 +154,27 @@ impl<R: AsyncRead + Unpin> Reader<R> {
                 }
             }
             let held = self.message.as_ref().map_or(0, |(_, bytes, _)| bytes.len() as u64);
-            if self.skipping || held.saturating_add(header.len) > self.limit as u64 {
-                if let Some(event) = self.skip_frame(&header).await? {
+            if !skipping && held.saturating_add(header.len) > self.limit as u64 {
+                self.skipping = Skipping::TooLong;
+            }
+            if self.skipping != Skipping::No {
+                if let Some(event) = self.skip_frame(header.len, header.fin).await? {
                     return Ok(event);
                 }
                 continue;
             }
             let Some((text, mut bytes, mut permit)) = self.message.take() else { continue };
-            let share = self.take_budget(header.len as usize, permit.is_some()).await;
-            match (share, permit.as_mut()) {
-                (Some(share), Some(permit)) => permit.merge(share),
-                (Some(share), None) => permit = Some(share),
-                // A continuation the budget cannot hold now: skipped, not waited for
-                // (waiting while holding a share could deadlock connections).
-                (None, _) => {
-                    if let Some(event) = self.skip_frame(&header).await? {
+            match self.charged_payload(&header, &mut bytes, &mut permit).await? {
+                Arrival::Whole => {}
+                Arrival::Ended => return Ok(None),
+                Arrival::Starved(left) => {
+                    self.skipping = Skipping::Starved;
+                    if let Some(event) = self.skip_frame(left, header.fin).await? {
                         return Ok(event);
                     }
                     continue;
                 }
             }
-            let Some(payload) = self.payload(&header).await? else { return Ok(None) };
-            bytes.extend_from_slice(&payload);
             if header.fin {
                 return Ok(Some(Event::Message { text, bytes, _held: permit }));
             }
@@ -138,31 +182,101 @@ impl<R: AsyncRead + Unpin> Reader<R> {
         }
     }
 
-    /// Skips a frame of a message that is being dropped: `Some(None)` at end
-    /// of stream, `Some(TooLong)` after its last frame, `None` to read on.
-    async fn skip_frame(&mut self, header: &Header) -> io::Result<Option<Option<Event>>> {
-        self.skipping = true;
+    /// Skips `len` bytes of a message that is being dropped: `Some(None)` at
+    /// end of stream, `Some(Some(event))` after its last frame, `None` to read on.
+    async fn skip_frame(&mut self, len: u64, fin: bool) -> io::Result<Option<Option<Event>>> {
         self.message = None;
-        if !self.skip(header.len).await? {
+        if !self.skip(len).await? {
             return Ok(Some(None));
         }
-        if header.fin {
-            self.skipping = false;
-            return Ok(Some(Some(Event::TooLong)));
+        if fin {
+            let why = std::mem::replace(&mut self.skipping, Skipping::No);
+            return Ok(Some(Some(match why {
+                Skipping::Starved => Event::Starved,
+                Skipping::TooLong | Skipping::No => Event::TooLong,
+            })));
         }
         Ok(None)
     }
 
-    /// `bytes` of the budget: waited for at the start of a message, tried
-    /// only for a continuation.
-    async fn take_budget(&self, bytes: usize, continuing: bool) -> Option<OwnedSemaphorePermit> {
+    /// Appends a data frame's payload, unmasked, to `bytes` as it arrives,
+    /// charging what the message holds beyond [`OWN_SHARE`] to the shared
+    /// budget step by step (waiting at most [`BUDGET_WAIT`] for room).
+    async fn charged_payload(
+        &mut self,
+        header: &Header,
+        bytes: &mut Vec<u8>,
+        permit: &mut Option<OwnedSemaphorePermit>,
+    ) -> io::Result<Arrival> {
+        let mut got: u64 = 0;
+        while got < header.len {
+            if self.start == self.buffer.len() && !self.refill(true).await? {
+                return Ok(Arrival::Ended);
+            }
+            let buffered = (self.buffer.len() - self.start) as u64;
+            let take = buffered.min(header.len - got).min(STEP as u64) as usize;
+            let needed = (bytes.len() + take).saturating_sub(OWN_SHARE);
+            let have = permit.as_ref().map_or(0, |p| p.num_permits());
+            if needed > have {
+                let Some(share) = self.take_budget(needed - have).await else {
+                    bytes.clear();
+                    *permit = None;
+                    return Ok(Arrival::Starved(header.len - got));
+                };
+                match permit.as_mut() {
+                    Some(permit) => permit.merge(share),
+                    None => *permit = Some(share),
+                }
+            }
+            let from = bytes.len();
+            bytes.extend_from_slice(&self.buffer[self.start..self.start + take]);
+            for (i, byte) in bytes[from..].iter_mut().enumerate() {
+                *byte ^= header.mask[(got as usize + i) % 4];
+            }
+            self.start += take;
+            got += take as u64;
+        }
+        Ok(Arrival::Whole)
+    }
+
+    /// `bytes` of the shared budget, waited for at most [`BUDGET_WAIT`].
+    async fn take_budget(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
         let bytes = u32::try_from(bytes).ok()?;
         let semaphore = self.budget.0.clone();
-        if continuing {
-            semaphore.try_acquire_many_owned(bytes).ok()
-        } else {
-            semaphore.acquire_many_owned(bytes).await.ok()
+        tokio::time::timeout(BUDGET_WAIT, semaphore.acquire_many_owned(bytes)).await.ok()?.ok()
+    }
+
+    /// Reads more input into the buffer (up to [`STEP`] bytes); false at end
+    /// of stream. `mid_frame`: the peer owes bytes, and a pause past
+    /// [`STALL_TIMEOUT`] is an error.
+    async fn refill(&mut self, mid_frame: bool) -> io::Result<bool> {
+        if self.start > 0 {
+            self.buffer.drain(..self.start);
+            self.start = 0;
         }
+        let held = self.buffer.len();
+        self.buffer.resize(held + STEP, 0);
+        let read = self.io.read(&mut self.buffer[held..]);
+        let result = if mid_frame || self.message.is_some() {
+            match tokio::time::timeout(STALL_TIMEOUT, read).await {
+                Ok(result) => result,
+                Err(_) => Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("a frame stopped arriving for {STALL_TIMEOUT:?}"),
+                )),
+            }
+        } else {
+            read.await
+        };
+        let got = match result {
+            Ok(got) => got,
+            Err(error) => {
+                self.buffer.truncate(held);
+                return Err(error);
+            }
+        };
+        self.buffer.truncate(held + got);
+        Ok(got > 0)
     }
 
     async fn header(&mut self) -> io::Result<Option<Header>> {
@@ -198,20 +312,14 @@ impl<R: AsyncRead + Unpin> Reader<R> {
         Ok(Some(Header { fin: b0 & 0x80 != 0, opcode: b0 & 0x0f, len, mask }))
     }
 
-    /// A frame's payload, unmasked (its length is within the limit or 125).
+    /// A control frame's payload (at most 125 bytes), unmasked.
     async fn payload(&mut self, header: &Header) -> io::Result<Option<Vec<u8>>> {
         let len = usize::try_from(header.len).map_err(io::Error::other)?;
-        let mut payload = Vec::with_capacity(len);
-        let available = (self.buffer.len() - self.start).min(len);
-        payload.extend_from_slice(&self.buffer[self.start..self.start + available]);
-        self.start += available;
-        if payload.len() < len {
-            let mut rest = (&mut self.io).take((len - payload.len()) as u64);
-            rest.read_to_end(&mut payload).await?;
-            if payload.len() < len {
-                return Ok(None);
-            }
+        if !self.fill_mid_frame(len).await? {
+            return Ok(None);
         }
+        let mut payload = self.buffer[self.start..self.start + len].to_vec();
+        self.start += len;
         for (i, byte) in payload.iter_mut().enumerate() {
             *byte ^= header.mask[i % 4];
         }
@@ -220,38 +328,39 @@ impl<R: AsyncRead + Unpin> Reader<R> {
 
     /// Discards `len` bytes of payload as they arrive; false at end of stream.
     async fn skip(&mut self, len: u64) -> io::Result<bool> {
-        let buffered = ((self.buffer.len() - self.start) as u64).min(len);
-        self.start += buffered as usize;
-        let mut left = len - buffered;
-        let mut sink = [0u8; 16 * 1024];
-        while left > 0 {
-            let want = left.min(sink.len() as u64) as usize;
-            let n = self.io.read(&mut sink[..want]).await?;
-            if n == 0 {
+        let mut left = len;
+        loop {
+            let buffered = ((self.buffer.len() - self.start) as u64).min(left);
+            self.start += buffered as usize;
+            left -= buffered;
+            if left == 0 {
+                return Ok(true);
+            }
+            if !self.refill(true).await? {
                 return Ok(false);
             }
-            left -= n as u64;
+        }
+    }
+
+    /// Makes at least `n` bytes available from `start`; false at end of
+    /// stream. Waiting for the first byte of a frame is idle time; once a
+    /// frame has begun, its bytes must keep coming.
+    async fn fill(&mut self, n: usize) -> io::Result<bool> {
+        while self.buffer.len() - self.start < n {
+            let begun = self.buffer.len() > self.start;
+            if !self.refill(begun).await? {
+                return Ok(false);
+            }
         }
         Ok(true)
     }
 
-    /// Makes at least `n` bytes available from `start`; false at end of stream.
-    async fn fill(&mut self, n: usize) -> io::Result<bool> {
-        if self.start > 0 && self.start == self.buffer.len() {
-            self.buffer.clear();
-            self.start = 0;
-        }
+    /// [`Self::fill`] inside a frame.
+    async fn fill_mid_frame(&mut self, n: usize) -> io::Result<bool> {
         while self.buffer.len() - self.start < n {
-            if self.start > 0 {
-                self.buffer.drain(..self.start);
-                self.start = 0;
-            }
-            let mut chunk = [0u8; 4096];
-            let got = self.io.read(&mut chunk).await?;
-            if got == 0 {
+            if !self.refill(true).await? {
                 return Ok(false);
             }
-            self.buffer.extend_from_slice(&chunk[..got]);
         }
         Ok(true)
     }
@@ -330,6 +439,7 @@ mod tests {
                     String::from_utf8_lossy(&bytes)
                 ),
                 Event::TooLong => "too long".to_owned(),
+                Event::Starved => "starved".to_owned(),
                 Event::Ping(payload) => format!("ping:{}", String::from_utf8_lossy(&payload)),
                 Event::Close(code) => format!("close:{code:?}"),
                 Event::Broken { code, .. } => format!("broken:{code}"),

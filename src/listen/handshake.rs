@@ -8,6 +8,8 @@ use std::io;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
+use super::auth::Auth;
+
 /// The longest request head accepted.
 const MAX_HEAD: usize = 16 * 1024;
 
@@ -15,18 +17,30 @@ const MAX_HEAD: usize = 16 * 1024;
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Outcome {
     /// Upgraded (101 sent); the bytes read after the head belong to the first frames.
-    Upgraded { leftover: Vec<u8> },
+    Upgraded {
+        /// Bytes read after the head.
+        leftover: Vec<u8>,
+        /// The request's `x-request-id`, if it had a printable one.
+        request_id: Option<String>,
+    },
     /// Answered with a status and closed: a refusal, or `GET /readyz`.
-    Answered(u16),
+    Answered {
+        /// The status sent.
+        status: u16,
+        /// The request's `x-request-id`, if it had a printable one.
+        request_id: Option<String>,
+    },
     /// The peer closed before sending a whole head.
     Gone,
 }
 
-/// The 503 a connection over `--max-connections` gets, written without reading its request.
-pub(super) const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 42\r\nConnection: close\r\nRetry-After: 1\r\n\r\nthe server has too many connections (503)\n";
-
-/// Reads the request, answers it, and says what happened.
-pub(super) async fn handshake<S>(stream: &mut S, token: Option<&str>) -> io::Result<Outcome>
+/// Reads the request, answers it, and says what happened. `admit` is asked
+/// last, just before the 101: whether a connection slot is free (else 503).
+pub(super) async fn handshake<S>(
+    stream: &mut S,
+    auth: &Auth,
+    admit: impl FnOnce() -> bool,
+) -> io::Result<Outcome>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -41,7 +55,7 @@ where
         }
         if head.len() >= MAX_HEAD {
             let text = format!("the request head is over {MAX_HEAD} bytes");
-            return refuse(stream, 400, &text, "").await;
+            return refuse(stream, 400, &text, "", None).await;
         }
         let mut chunk = [0u8; 2048];
         let n = stream.read(&mut chunk).await?;
@@ -52,64 +66,62 @@ where
     };
     let leftover = head.split_off(end);
     let Ok(text) = std::str::from_utf8(&head) else {
-        return refuse(stream, 400, "the request head is not UTF-8", "").await;
+        return refuse(stream, 400, "the request head is not UTF-8", "", None).await;
     };
     let request = match Request::parse(text) {
         Ok(request) => request,
-        Err(problem) => return refuse(stream, 400, problem, "").await,
+        Err(problem) => return refuse(stream, 400, problem, "", None).await,
     };
+    let request_id = request.header("x-request-id").filter(|id| printable(id)).map(str::to_owned);
+    let echo = request_id.as_ref().map(|id| format!("x-request-id: {id}\r\n")).unwrap_or_default();
+    let echo = echo.as_str();
     if request.method == "GET" && request.path == "/readyz" {
-        stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n").await?;
+        let answer = format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nConnection: close\r\n{echo}\r\nok\n");
+        stream.write_all(answer.as_bytes()).await?;
         let _ = stream.shutdown().await;
-        return Ok(Outcome::Answered(200));
+        return Ok(Outcome::Answered { status: 200, request_id });
     }
     if request.header("origin").is_some() {
-        return refuse(stream, 403, "requests from web pages are refused", "").await;
+        return refuse(stream, 403, "requests from web pages are refused", echo, request_id).await;
     }
-    if let Some(token) = token {
-        let presented = request
-            .header("authorization")
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .unwrap_or("");
-        if !same_secret(presented.as_bytes(), token.as_bytes()) {
-            let challenge = "WWW-Authenticate: Bearer\r\n";
-            return refuse(stream, 401, "a valid bearer token is required", challenge).await;
-        }
+    if let Err(why) = auth.check(request.header("authorization")) {
+        let challenge = format!("WWW-Authenticate: Bearer\r\n{echo}");
+        return refuse(stream, 401, why, &challenge, request_id).await;
     }
     if request.method != "GET" {
-        return refuse(stream, 400, "a WebSocket upgrade is a GET request", "").await;
+        return refuse(stream, 400, "a WebSocket upgrade is a GET request", echo, request_id).await;
     }
     let upgrade = request.header("upgrade").is_some_and(|v| has_token(v, "websocket"));
     let connection = request.header("connection").is_some_and(|v| has_token(v, "upgrade"));
     if !upgrade || !connection {
-        let offer = "Upgrade: websocket\r\nConnection: Upgrade\r\n";
-        return refuse(
-            stream,
-            426,
-            "this server speaks WebSocket only: send an upgrade request",
-            offer,
-        )
-        .await;
+        let offer = format!("Upgrade: websocket\r\nConnection: Upgrade\r\n{echo}");
+        let text = "this server speaks WebSocket only: send an upgrade request";
+        return refuse(stream, 426, text, &offer, request_id).await;
     }
     if request.header("sec-websocket-version") != Some("13") {
-        let offer = "Sec-WebSocket-Version: 13\r\n";
-        return refuse(stream, 426, "only WebSocket version 13 is spoken", offer).await;
+        let offer = format!("Sec-WebSocket-Version: 13\r\n{echo}");
+        return refuse(stream, 426, "only WebSocket version 13 is spoken", &offer, request_id)
+            .await;
     }
     let Some(key) = request.header("sec-websocket-key") else {
-        return refuse(stream, 400, "the upgrade has no Sec-WebSocket-Key", "").await;
+        return refuse(stream, 400, "the upgrade has no Sec-WebSocket-Key", echo, request_id).await;
     };
     let nonce = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, key);
     if request.count("sec-websocket-key") > 1 || nonce.map_or(true, |n| n.len() != 16) {
         let text = "Sec-WebSocket-Key must be one base64-encoded 16-byte nonce";
-        return refuse(stream, 400, text, "").await;
+        return refuse(stream, 400, text, echo, request_id).await;
+    }
+    if !admit() {
+        let text = "the server has too many connections";
+        return refuse(stream, 503, text, &format!("Retry-After: 1\r\n{echo}"), request_id).await;
     }
     let accept = derive_accept_key(key.as_bytes());
     let response = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n{echo}\r\n"
     );
     stream.write_all(response.as_bytes()).await?;
     stream.flush().await?;
-    Ok(Outcome::Upgraded { leftover })
+    Ok(Outcome::Upgraded { leftover, request_id })
 }
 
 /// The parts of a request head the decision needs.
@@ -161,10 +173,24 @@ fn has_token(value: &str, token: &str) -> bool {
     value.split(',').any(|part| part.trim().eq_ignore_ascii_case(token))
 }
 
-async fn refuse<S>(stream: &mut S, status: u16, text: &str, extra: &str) -> io::Result<Outcome>
+async fn refuse<S>(
+    stream: &mut S,
+    status: u16,
+    text: &str,
+    extra: &str,
+    request_id: Option<String>,
+) -> io::Result<Outcome>
 where
     S: AsyncWrite + Unpin,
 {
+    stream.write_all(answer(status, text, extra).as_bytes()).await?;
+    let _ = stream.shutdown().await;
+    Ok(Outcome::Answered { status, request_id })
+}
+
+/// An HTTP answer of `status` whose body is the line `text (status)`;
+/// `extra` holds header lines, each ending in CRLF.
+pub(super) fn answer(status: u16, text: &str, extra: &str) -> String {
     let reason = match status {
         400 => "Bad Request",
         401 => "Unauthorized",
@@ -174,25 +200,19 @@ where
         _ => "Error",
     };
     let body = format!("{text} ({status})\n");
-    let response = format!(
+    format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n{body}",
         body.len()
-    );
-    stream.write_all(response.as_bytes()).await?;
-    let _ = stream.shutdown().await;
-    Ok(Outcome::Answered(status))
+    )
+}
+
+/// Whether a header value may be echoed: visible ASCII, at most 200 bytes.
+fn printable(value: &str) -> bool {
+    !value.is_empty() && value.len() <= 200 && value.bytes().all(|b| b.is_ascii_graphic())
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|window| window == needle)
-}
-
-/// Compares two secrets in time that depends only on their lengths.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]
@@ -202,7 +222,8 @@ mod tests {
     async fn answer(request: &str, token: Option<&str>) -> (Outcome, String) {
         let (mut client, mut server) = tokio::io::duplex(64 * 1024);
         client.write_all(request.as_bytes()).await.unwrap();
-        let outcome = handshake(&mut server, token).await.unwrap();
+        let auth = token.map_or(Auth::OwnerOnly, Auth::capability);
+        let outcome = handshake(&mut server, &auth, || true).await.unwrap();
         drop(server);
         let mut response = String::new();
         client.read_to_string(&mut response).await.unwrap();
@@ -260,21 +281,31 @@ mod tests {
             assert_eq!(line, status, "{request:.80}");
         }
         let (outcome, _) = answer(&format!("{UPGRADE}\r\n{{\"first\":1}}"), None).await;
-        assert_eq!(outcome, Outcome::Upgraded { leftover: b"{\"first\":1}".to_vec() });
+        let leftover = b"{\"first\":1}".to_vec();
+        assert_eq!(outcome, Outcome::Upgraded { leftover, request_id: None });
     }
 
-    #[test]
-    fn the_busy_answer_says_its_length() {
-        let text = std::str::from_utf8(BUSY).unwrap();
-        let (head, body) = text.split_once("\r\n\r\n").unwrap();
-        assert!(head.contains(&format!("Content-Length: {}", body.len())), "{head}");
-    }
+    #[tokio::test]
+    async fn the_request_id_is_echoed_and_a_full_server_answers_503() {
+        let request = format!("{UPGRADE}X-Request-Id: abc-123\r\n\r\n");
+        let (mut client, mut server) = tokio::io::duplex(64 * 1024);
+        client.write_all(request.as_bytes()).await.unwrap();
+        let outcome = handshake(&mut server, &Auth::OwnerOnly, || true).await.unwrap();
+        let leftover = Vec::new();
+        assert_eq!(outcome, Outcome::Upgraded { leftover, request_id: Some("abc-123".into()) });
+        drop(server);
+        let mut response = String::new();
+        client.read_to_string(&mut response).await.unwrap();
+        assert!(response.contains("\r\nx-request-id: abc-123\r\n"), "{response}");
 
-    #[test]
-    fn secrets_compare_by_content_and_length() {
-        assert!(same_secret(b"s3cret", b"s3cret"));
-        assert!(!same_secret(b"s3cret", b"s3creT"));
-        assert!(!same_secret(b"s3cret", b"s3cret!"));
-        assert!(!same_secret(b"", b"x"));
+        let (mut client, mut server) = tokio::io::duplex(64 * 1024);
+        client.write_all(request.as_bytes()).await.unwrap();
+        let outcome = handshake(&mut server, &Auth::OwnerOnly, || false).await.unwrap();
+        assert_eq!(outcome, Outcome::Answered { status: 503, request_id: Some("abc-123".into()) });
+        let injected = format!("{UPGRADE}X-Request-Id: a\rb\r\n\r\n");
+        let (mut client, mut server) = tokio::io::duplex(64 * 1024);
+        client.write_all(injected.as_bytes()).await.unwrap();
+        let outcome = handshake(&mut server, &Auth::OwnerOnly, || true).await.unwrap();
+        assert_eq!(outcome, Outcome::Upgraded { leftover: Vec::new(), request_id: None });
     }
 }

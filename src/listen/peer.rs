@@ -1,0 +1,326 @@
+//! Who is at the other end of a loopback TCP connection: the uid that owns the
+//! peer's socket (a `NETLINK_SOCK_DIAG` query for the exact 4-tuple, as `ss`
+//! makes; `/proc/net/tcp{,6}` when netlink is unavailable), and whether a
+//! process in one of this server's sandboxes holds it.
+//!
+//! The sandbox test walks this server's own descendants (`/proc/PID/task/*/children`):
+//! a process whose PID namespace differs from the server's, or that descends
+//! from one that does, is in a sandbox (only sandboxes get a PID namespace of
+//! their own, and nothing in one can leave it). Their descriptors are searched
+//! for the peer socket's inode. The walk costs nothing when the server has no
+//! sandboxed process, and is bounded by the server's own process tree.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// What the kernel says of a peer's socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PeerSocket {
+    /// The uid that owns the peer's socket.
+    pub(crate) uid: u32,
+    /// The socket's inode (`socket:[INODE]` in `/proc/PID/fd`).
+    pub(crate) inode: u64,
+}
+
+/// Whether `address` is on this machine's loopback (v4-mapped included).
+pub(crate) fn is_loopback(address: IpAddr) -> bool {
+    match address {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
+}
+
+/// The owner of the socket at `peer` connected to `local` (the two ends as
+/// the server's accepted socket sees them).
+pub(crate) fn lookup(local: SocketAddr, peer: SocketAddr) -> io::Result<PeerSocket> {
+    let (local, peer) = (unmapped(local), unmapped(peer));
+    match diag(local, peer) {
+        Ok(found) => Ok(found),
+        // No netlink here (a seccomp profile, an old kernel): the slow way.
+        Err(error) if error.raw_os_error().is_some_and(|e| e != libc::ENOENT) => {
+            proc_net(local, peer)
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// A v4-mapped v6 address as the v4 address it is (the peer's socket is AF_INET).
+fn unmapped(address: SocketAddr) -> SocketAddr {
+    match address.ip() {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(IpAddr::V4(v4), address.port()),
+            None => address,
+        },
+        IpAddr::V4(_) => address,
+    }
+}
+
+const SOCK_DIAG_BY_FAMILY: u16 = 20;
+const NLMSG_ERROR: u16 = 2;
+const INET_DIAG_NOCOOKIE: u32 = !0;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct NlHeader {
+    len: u32,
+    kind: u16,
+    flags: u16,
+    seq: u32,
+    pid: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct SockId {
+    sport: [u8; 2],
+    dport: [u8; 2],
+    src: [u8; 16],
+    dst: [u8; 16],
+    interface: u32,
+    cookie: [u32; 2],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct DiagRequest {
+    header: NlHeader,
+    family: u8,
+    protocol: u8,
+    ext: u8,
+    pad: u8,
+    states: u32,
+    id: SockId,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct DiagMessage {
+    family: u8,
+    state: u8,
+    timer: u8,
+    retrans: u8,
+    id: SockId,
+    expires: u32,
+    rqueue: u32,
+    wqueue: u32,
+    uid: u32,
+    inode: u32,
+}
+
+fn address_bytes(ip: IpAddr) -> [u8; 16] {
+    let mut bytes = [0u8; 16];
+    match ip {
+        IpAddr::V4(v4) => bytes[..4].copy_from_slice(&v4.octets()),
+        IpAddr::V6(v6) => bytes.copy_from_slice(&v6.octets()),
+    }
+    bytes
+}
+
+/// One `SOCK_DIAG_BY_FAMILY` request for the peer's socket (source = the
+/// peer, destination = us) and its one answer.
+fn diag(local: SocketAddr, peer: SocketAddr) -> io::Result<PeerSocket> {
+    // SAFETY: socket(2) with constant arguments.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            libc::NETLINK_SOCK_DIAG,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor owned by nobody else.
+    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+    let family = if peer.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+    let request = DiagRequest {
+        header: NlHeader {
+            len: std::mem::size_of::<DiagRequest>() as u32,
+            kind: SOCK_DIAG_BY_FAMILY,
+            flags: libc::NLM_F_REQUEST as u16,
+            seq: 1,
+            pid: 0,
+        },
+        family: family as u8,
+        protocol: libc::IPPROTO_TCP as u8,
+        ext: 0,
+        pad: 0,
+        states: !0,
+        id: SockId {
+            sport: peer.port().to_be_bytes(),
+            dport: local.port().to_be_bytes(),
+            src: address_bytes(peer.ip()),
+            dst: address_bytes(local.ip()),
+            interface: 0,
+            cookie: [INET_DIAG_NOCOOKIE; 2],
+        },
+    };
+    // SAFETY: the kernel reads `size_of::<DiagRequest>()` bytes of `request`
+    // (an address of zeros is the kernel's own netlink peer).
+    let sent = unsafe {
+        let mut kernel: libc::sockaddr_nl = std::mem::zeroed();
+        kernel.nl_family = libc::AF_NETLINK as u16;
+        libc::sendto(
+            socket.as_raw_fd(),
+            std::ptr::addr_of!(request).cast(),
+            std::mem::size_of::<DiagRequest>(),
+            0,
+            std::ptr::addr_of!(kernel).cast(),
+            std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+        )
+    };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut answer = [0u8; 1024];
+    // SAFETY: recv(2) into a buffer of the given length; the kernel answers at once.
+    let read =
+        unsafe { libc::recv(socket.as_raw_fd(), answer.as_mut_ptr().cast(), answer.len(), 0) };
+    if read < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let answer = &answer[..read as usize];
+    let header_len = std::mem::size_of::<NlHeader>();
+    if answer.len() < header_len {
+        return Err(io::Error::other("a short sock_diag answer"));
+    }
+    // SAFETY: at least a header's bytes, read unaligned.
+    let header: NlHeader = unsafe { std::ptr::read_unaligned(answer.as_ptr().cast()) };
+    if header.kind == NLMSG_ERROR {
+        let code = answer
+            .get(header_len..header_len + 4)
+            .and_then(|b| b.try_into().ok())
+            .map_or(libc::EIO, i32::from_ne_bytes);
+        // ENOENT: no such socket (the peer is gone).
+        return Err(io::Error::from_raw_os_error(code.checked_neg().unwrap_or(libc::EIO)));
+    }
+    if header.kind != SOCK_DIAG_BY_FAMILY
+        || answer.len() < header_len + std::mem::size_of::<DiagMessage>()
+    {
+        return Err(io::Error::other("an unexpected sock_diag answer"));
+    }
+    // SAFETY: the message's bytes follow the header, read unaligned.
+    let message: DiagMessage =
+        unsafe { std::ptr::read_unaligned(answer[header_len..].as_ptr().cast()) };
+    Ok(PeerSocket { uid: message.uid, inode: u64::from(message.inode) })
+}
+
+/// The same answer from `/proc/net/tcp` or `tcp6`: the line whose local
+/// address is the peer's and whose remote address is ours.
+fn proc_net(local: SocketAddr, peer: SocketAddr) -> io::Result<PeerSocket> {
+    let table = if peer.is_ipv4() { "/proc/net/tcp" } else { "/proc/net/tcp6" };
+    let text = std::fs::read_to_string(table)?;
+    let (want_local, want_remote) = (proc_address(peer), proc_address(local));
+    for line in text.lines().skip(1) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(from), Some(to), Some(uid), Some(inode)) =
+            (fields.get(1), fields.get(2), fields.get(7), fields.get(9))
+        else {
+            continue;
+        };
+        if from.eq_ignore_ascii_case(&want_local) && to.eq_ignore_ascii_case(&want_remote) {
+            let uid = uid.parse().map_err(|_| io::Error::other("a bad uid in /proc/net/tcp"))?;
+            let inode =
+                inode.parse().map_err(|_| io::Error::other("a bad inode in /proc/net/tcp"))?;
+            return Ok(PeerSocket { uid, inode });
+        }
+    }
+    Err(io::Error::from_raw_os_error(libc::ENOENT))
+}
+
+/// An address as `/proc/net/tcp` prints it: each 32-bit word of the address
+/// in host order, in hex, then `:PORT` in hex.
+fn proc_address(address: SocketAddr) -> String {
+    let words: Vec<u32> = match address.ip() {
+        IpAddr::V4(v4) => vec![u32::from_ne_bytes(v4.octets())],
+        IpAddr::V6(v6) => {
+            v6.octets().chunks(4).map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect()
+        }
+    };
+    let mut text: String = words.iter().map(|w| format!("{w:08X}")).collect();
+    text.push_str(&format!(":{:04X}", address.port()));
+    text
+}
+
+/// Whether a process in one of this server's sandboxes holds the socket `inode`.
+pub(crate) fn held_by_sandbox(inode: u64) -> bool {
+    let own_ns = pid_namespace(std::process::id());
+    let wanted = format!("socket:[{inode}]");
+    // (pid, in a sandbox) of each descendant still to look at.
+    let mut pending: Vec<(u32, bool)> =
+        children(std::process::id()).into_iter().map(|pid| (pid, false)).collect();
+    let mut seen = 0usize;
+    while let Some((pid, inherited)) = pending.pop() {
+        seen += 1;
+        if seen > MAX_WALK {
+            // A tree this large is not ours to search: fail closed.
+            return true;
+        }
+        let sandboxed = inherited || pid_namespace(pid) != own_ns;
+        if sandboxed && holds(pid, &wanted) {
+            return true;
+        }
+        pending.extend(children(pid).into_iter().map(|child| (child, sandboxed)));
+    }
+    false
+}
+
+/// The most processes the sandbox test walks before it refuses anyway.
+const MAX_WALK: usize = 65_536;
+
+/// The children of every thread of `pid` (empty when it is gone).
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    let mut found = Vec::new();
+    for task in tasks.flatten() {
+        let Ok(text) = std::fs::read_to_string(task.path().join("children")) else { continue };
+        found.extend(text.split_whitespace().filter_map(|n| n.parse::<u32>().ok()));
+    }
+    found
+}
+
+fn pid_namespace(pid: u32) -> Option<std::path::PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()
+}
+
+/// Whether one of `pid`'s descriptors is `wanted` (`socket:[INODE]`).
+fn holds(pid: u32, wanted: &str) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    fds.flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target.as_os_str() == wanted))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_includes_mapped_addresses() {
+        assert!(is_loopback("127.0.0.1".parse().unwrap()));
+        assert!(is_loopback("127.3.2.1".parse().unwrap()));
+        assert!(is_loopback("::1".parse().unwrap()));
+        assert!(is_loopback("::ffff:127.0.0.1".parse().unwrap()));
+        assert!(!is_loopback("::ffff:10.0.0.1".parse().unwrap()));
+        assert!(!is_loopback("10.0.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn finds_the_owner_of_a_loopback_peer_both_ways() {
+        for bind in ["127.0.0.1:0", "[::1]:0"] {
+            let listener = std::net::TcpListener::bind(bind).unwrap();
+            let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (accepted, peer) = listener.accept().unwrap();
+            let local = accepted.local_addr().unwrap();
+            let found = lookup(local, peer).unwrap();
+            // SAFETY: geteuid cannot fail.
+            assert_eq!(found.uid, unsafe { libc::geteuid() });
+            let own = std::fs::read_link(format!("/proc/self/fd/{}", client.as_raw_fd())).unwrap();
+            assert_eq!(own.to_str().unwrap(), format!("socket:[{}]", found.inode));
+            assert_eq!(proc_net(unmapped(local), unmapped(peer)).unwrap(), found);
+            assert!(!held_by_sandbox(found.inode));
+        }
+    }
+}
