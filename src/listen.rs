@@ -183,6 +183,7 @@ where
         attached: attached.clone(),
     };
     let mut pending = Pending::new(MAX_PENDING_HANDSHAKES);
+    let mut peers = matches!(socket, Socket::Tcp(_)).then(peer::PeerLookup::new);
     let mut active_changed = active.subscribe();
     let mut idle_since: Option<tokio::time::Instant> = None;
     tokio::pin!(shutdown);
@@ -196,10 +197,10 @@ where
         let idle_deadline = idle_exit.zip(idle_since).map(|(idle, since)| since + idle);
         tokio::select! {
             accepted = socket.accept() => match accepted {
-                Ok(Accepted::Tcp(stream, peer)) => match admit_peer(&stream, peer, &options.auth) {
+                Ok(Accepted::Tcp(stream, peer)) => match admit_peer(peers.as_mut(), &stream, peer, &options.auth) {
                     // Refused here, before a byte is read: no task, no thread.
                     Err(refusal) => {
-                        tracing::warn!(%peer, "{refusal}");
+                        REFUSALS.log(&format!("{refusal} (peer {peer})"));
                         refuse(stream.as_fd(), handshake::answer(403, &refusal, "").as_bytes());
                     }
                     Ok(inode) => pending.start(upgrade(stream, peer, inode, shared.clone())),
@@ -248,12 +249,21 @@ where
 /// configured must run as the server's uid; a loopback peer whose owner
 /// cannot be found is refused (fail closed). `Ok` carries the peer socket's
 /// inode when it is local, for the sandbox check.
-fn admit_peer(stream: &TcpStream, peer: SocketAddr, auth: &Auth) -> Result<Option<u64>, String> {
+fn admit_peer(
+    peers: Option<&mut peer::PeerLookup>,
+    stream: &TcpStream,
+    peer: SocketAddr,
+    auth: &Auth,
+) -> Result<Option<u64>, String> {
     let local = stream
         .local_addr()
         .map_err(|e| format!("connection refused: cannot read the connection's address ({e})"))?;
     let owner = euid();
-    match peer::lookup(local, peer) {
+    let found = match peers {
+        Some(peers) => peers.lookup(local, peer),
+        None => Err(io::Error::other("no peer lookup")),
+    };
+    match found {
         Ok(found) if !auth.needs_token() && found.uid != owner => Err(format!(
             "connection refused: the peer runs as uid {}, and this server serves only uid {owner} without a token",
             found.uid
@@ -271,6 +281,10 @@ fn admit_peer(stream: &TcpStream, peer: SocketAddr, auth: &Auth) -> Result<Optio
 pub(crate) const SANDBOXED_PEER: &str =
     "connection refused: the peer is a process in one of this server's sandboxes";
 
+/// The refusal of a local peer whose process could not be checked.
+const UNCHECKED_PEER: &str =
+    "connection refused: cannot tell whether the peer is a process in one of this server's sandboxes";
+
 /// One connection from accept to upgrade, on the listener's runtime: the
 /// sandbox check (a blocking walk of the server's descendants), then the
 /// handshake, bounded by [`HANDSHAKE_TIMEOUT`]. A connection slot is taken
@@ -278,9 +292,15 @@ pub(crate) const SANDBOXED_PEER: &str =
 async fn upgrade(mut stream: TcpStream, peer: SocketAddr, inode: Option<u64>, shared: Shared) {
     if let Some(inode) = inode {
         let held = tokio::task::spawn_blocking(move || peer::held_by_sandbox(inode)).await;
-        if held.unwrap_or(true) {
-            tracing::warn!(%peer, "{SANDBOXED_PEER}");
-            refuse(stream.as_fd(), handshake::answer(403, SANDBOXED_PEER, "").as_bytes());
+        let refusal = match held {
+            Ok(Ok(false)) => None,
+            Ok(Ok(true)) => Some(SANDBOXED_PEER.to_owned()),
+            Ok(Err(error)) => Some(format!("{UNCHECKED_PEER} ({error})")),
+            Err(error) => Some(format!("{UNCHECKED_PEER} ({error})")),
+        };
+        if let Some(refusal) = refusal {
+            REFUSALS.log(&format!("{refusal} (peer {peer})"));
+            refuse(stream.as_fd(), handshake::answer(403, &refusal, "").as_bytes());
             return;
         }
     }
@@ -340,7 +360,7 @@ impl Pending {
         while self.order.len() >= self.limit {
             if let Some(oldest) = self.order.pop_front() {
                 oldest.abort();
-                EVICTIONS.log(&io::Error::other("too many handshakes under way"));
+                EVICTIONS.log(&"too many handshakes under way");
             }
         }
         self.order.push_back(self.tasks.spawn(task));
@@ -365,7 +385,7 @@ impl Throttled {
         Throttled { what, count: AtomicU64::new(0), logged: Mutex::new(None) }
     }
 
-    fn log(&self, error: &io::Error) {
+    fn log(&self, error: &dyn std::fmt::Display) {
         let count = self.count.fetch_add(1, Ordering::Relaxed) + 1;
         let mut logged = self.logged.lock().unwrap_or_else(|p| p.into_inner());
         if logged.is_none_or(|at| at.elapsed() >= ACCEPT_LOG_INTERVAL) {
@@ -381,6 +401,8 @@ static ACCEPT_FAILURES: Throttled = Throttled::new("cannot accept connections; p
 /// Connections refused because their thread or runtime could not start.
 static START_FAILURES: Throttled =
     Throttled::new("cannot start a connection's thread or runtime; closed it");
+/// Peers refused before their upgrade (another uid, a lookup that failed).
+static REFUSALS: Throttled = Throttled::new("refused a connection before its upgrade");
 /// Handshakes evicted by newer ones.
 static EVICTIONS: Throttled = Throttled::new("evicted the oldest handshake under way");
 

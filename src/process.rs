@@ -49,7 +49,7 @@ use crate::protocol::{
 use crate::sandbox;
 
 pub(crate) use self::output::RETAINED_BYTES;
-pub(crate) use self::output::{Account, OutputLog};
+pub(crate) use self::output::{Account, Charge, OutputLog};
 pub(crate) use self::spawn::pipe;
 /// Default budget of one connection's retained output (charged bytes).
 pub(crate) const CONNECTION_RETAINED: usize = 64 * 1024 * 1024;
@@ -135,6 +135,8 @@ struct Starting {
     request: crate::protocol::RequestId,
     serial: u64,
     params: StartParams,
+    /// What its argv, env and cwd cost while held (the entry keeps argv's).
+    charge: Charge,
     outcome: tokio::sync::oneshot::Receiver<spawner::Outcome>,
 }
 
@@ -179,6 +181,17 @@ pub(crate) struct ProcessTable {
     /// [`MAX_LINGERING`]): what a background job left in them is still swept
     /// when the table ends, and the watcher still knows them.
     lingering: VecDeque<(Session, u32)>,
+}
+
+/// Bytes of stored commands (argv, env, cwd of live, starting and exited
+/// processes) one connection or detached session may hold.
+pub(crate) const CONNECTION_COMMANDS: usize = 32 * 1024 * 1024;
+/// Bytes of stored commands the whole server may hold.
+pub(crate) const SERVER_COMMANDS: usize = 128 * 1024 * 1024;
+
+/// What storing `strings` costs: their bytes and a record each.
+fn stored_cost<'a>(strings: impl Iterator<Item = &'a String>) -> usize {
+    strings.map(|s| s.len() + output::STRING_OVERHEAD).sum()
 }
 
 /// Sessions of forgotten processes a table keeps sweeping at its end.
@@ -271,6 +284,7 @@ impl ProcessTable {
                 params.process_id
             )));
         }
+        let charge = self.charge_start(&params)?;
         registry::reap_disowned();
         let serial = self.next_serial;
         self.next_serial += 1;
@@ -299,8 +313,31 @@ impl ProcessTable {
                 )),
             })
         }));
-        self.starting.push_back(Starting { request, serial, params, outcome });
+        self.starting.push_back(Starting { request, serial, params, charge, outcome });
         Ok(Begun::Spawning)
+    }
+
+    /// Charges what a start stores (argv, env and cwd while it starts; argv
+    /// and id while its entry lives) to the stored-command budgets of the
+    /// connection and the server; refused when it cannot fit.
+    fn charge_start(&mut self, params: &StartParams) -> Result<Charge, ErrorObject> {
+        let cost = stored_cost(
+            params
+                .argv
+                .iter()
+                .chain([&params.process_id])
+                .chain(params.env.iter().flat_map(|(name, value)| [name, value]))
+                .chain(params.arg0.iter()),
+        ) + params.cwd.as_os_str().len();
+        let (connection, server) = (self.account.commands(), self.limits.server_account.commands());
+        if connection + cost > CONNECTION_COMMANDS || server + cost > SERVER_COMMANDS {
+            return Err(ErrorObject::invalid_request(format!(
+                "process/start refused: its argv, env and cwd take {cost} bytes, and stored commands may take {} more on this connection (of {CONNECTION_COMMANDS}) and {} more on the server (of {SERVER_COMMANDS}); forgotten processes give theirs back",
+                CONNECTION_COMMANDS.saturating_sub(connection),
+                SERVER_COMMANDS.saturating_sub(server),
+            )));
+        }
+        Ok(Charge::new(self.account.clone(), cost))
     }
 
     /// Whether a start waits for the spawner (later process requests wait too).
@@ -336,7 +373,8 @@ impl ProcessTable {
         &mut self,
         outcome: Result<spawner::Outcome, tokio::sync::oneshot::error::RecvError>,
     ) -> String {
-        let Some(Starting { request, serial, params, .. }) = self.starting.pop_front() else {
+        let Some(Starting { request, serial, params, mut charge, .. }) = self.starting.pop_front()
+        else {
             return String::new();
         };
         let outcome = outcome
@@ -355,8 +393,11 @@ impl ProcessTable {
                     ErrorObject::internal(format!("failed to start `{}`: {error}", params.argv[0]))
                 })
             });
-        let result = outcome.map(|entry| {
+        let result = outcome.map(|mut entry| {
             tracing::debug!(id = %params.process_id, pid = entry.pid, argv = ?params.argv, "started");
+            // The entry keeps its argv (and id), not the env and cwd.
+            charge.shrink_to(stored_cost(params.argv.iter().chain([&params.process_id])));
+            entry.stored = Some(charge);
             if self.closing {
                 // The connection ended while it started: it goes at once.
                 let session = entry.signal_tree(&[Signal::KILL]);

@@ -33,17 +33,44 @@ pub(crate) fn is_loopback(address: IpAddr) -> bool {
     }
 }
 
-/// The owner of the socket at `peer` connected to `local` (the two ends as
-/// the server's accepted socket sees them).
-pub(crate) fn lookup(local: SocketAddr, peer: SocketAddr) -> io::Result<PeerSocket> {
-    let (local, peer) = (unmapped(local), unmapped(peer));
-    match diag(local, peer) {
-        Ok(found) => Ok(found),
-        // No netlink here (a seccomp profile, an old kernel): the slow way.
-        Err(error) if error.raw_os_error().is_some_and(|e| e != libc::ENOENT) => {
-            proc_net(local, peer)
+/// Asks the kernel who owns peer sockets: one `NETLINK_SOCK_DIAG` socket,
+/// opened with the listener, so a lookup needs no new descriptor (a server
+/// out of descriptors still tells its owner from others).
+pub(crate) struct PeerLookup {
+    /// `None` when netlink is unavailable: `/proc/net/tcp` is read instead.
+    netlink: Option<OwnedFd>,
+    seq: u32,
+}
+
+impl PeerLookup {
+    pub(crate) fn new() -> PeerLookup {
+        // SAFETY: socket(2) with constant arguments.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+                libc::NETLINK_SOCK_DIAG,
+            )
+        };
+        if fd < 0 {
+            tracing::warn!(error = %io::Error::last_os_error(), "no sock_diag socket; peers are looked up in /proc/net/tcp");
+            return PeerLookup { netlink: None, seq: 0 };
         }
-        Err(error) => Err(error),
+        // SAFETY: a new descriptor owned by nobody else.
+        PeerLookup { netlink: Some(unsafe { OwnedFd::from_raw_fd(fd) }), seq: 0 }
+    }
+
+    /// The owner of the socket at `peer` connected to `local` (the two ends
+    /// as the server's accepted socket sees them).
+    pub(crate) fn lookup(&mut self, local: SocketAddr, peer: SocketAddr) -> io::Result<PeerSocket> {
+        let (local, peer) = (unmapped(local), unmapped(peer));
+        match &self.netlink {
+            Some(socket) => {
+                self.seq = self.seq.wrapping_add(1);
+                diag(socket, self.seq, local, peer)
+            }
+            None => proc_net(local, peer),
+        }
     }
 }
 
@@ -120,28 +147,23 @@ fn address_bytes(ip: IpAddr) -> [u8; 16] {
 }
 
 /// One `SOCK_DIAG_BY_FAMILY` request for the peer's socket (source = the
-/// peer, destination = us) and its one answer.
-fn diag(local: SocketAddr, peer: SocketAddr) -> io::Result<PeerSocket> {
-    // SAFETY: socket(2) with constant arguments.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-            libc::NETLINK_SOCK_DIAG,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a new descriptor owned by nobody else.
-    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+/// peer, destination = us) and its one answer (the kernel answers within
+/// the send; the receive never waits).
+fn diag(socket: &OwnedFd, seq: u32, local: SocketAddr, peer: SocketAddr) -> io::Result<PeerSocket> {
+    // Whatever an earlier lookup left unread goes first.
+    let mut answer = [0u8; 1024];
+    // SAFETY: recv(2) into a buffer of the given length, without waiting.
+    while unsafe {
+        libc::recv(socket.as_raw_fd(), answer.as_mut_ptr().cast(), answer.len(), libc::MSG_DONTWAIT)
+    } > 0
+    {}
     let family = if peer.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
     let request = DiagRequest {
         header: NlHeader {
             len: std::mem::size_of::<DiagRequest>() as u32,
             kind: SOCK_DIAG_BY_FAMILY,
             flags: libc::NLM_F_REQUEST as u16,
-            seq: 1,
+            seq,
             pid: 0,
         },
         family: family as u8,
@@ -189,6 +211,9 @@ fn diag(local: SocketAddr, peer: SocketAddr) -> io::Result<PeerSocket> {
     }
     // SAFETY: at least a header's bytes, read unaligned.
     let header: NlHeader = unsafe { std::ptr::read_unaligned(answer.as_ptr().cast()) };
+    if header.seq != seq {
+        return Err(io::Error::other("a sock_diag answer to another request"));
+    }
     if header.kind == NLMSG_ERROR {
         let code = answer
             .get(header_len..header_len + 4)
@@ -245,52 +270,84 @@ fn proc_address(address: SocketAddr) -> String {
     text
 }
 
-/// Whether a process in one of this server's sandboxes holds the socket `inode`.
-pub(crate) fn held_by_sandbox(inode: u64) -> bool {
-    let own_ns = pid_namespace(std::process::id());
+/// Whether a process in one of this server's sandboxes holds the socket
+/// `inode`; an error when the walk cannot be made (out of descriptors), which
+/// the caller treats as held (fail closed).
+pub(crate) fn held_by_sandbox(inode: u64) -> io::Result<bool> {
+    search(inode)
+}
+
+fn search(inode: u64) -> io::Result<bool> {
+    let own_ns = pid_namespace(std::process::id())?;
     let wanted = format!("socket:[{inode}]");
     // (pid, in a sandbox) of each descendant still to look at.
     let mut pending: Vec<(u32, bool)> =
-        children(std::process::id()).into_iter().map(|pid| (pid, false)).collect();
+        children(std::process::id())?.into_iter().map(|pid| (pid, false)).collect();
     let mut seen = 0usize;
     while let Some((pid, inherited)) = pending.pop() {
         seen += 1;
         if seen > MAX_WALK {
-            // A tree this large is not ours to search: fail closed.
-            return true;
+            return Err(io::Error::other(format!("over {MAX_WALK} descendants")));
         }
-        let sandboxed = inherited || pid_namespace(pid) != own_ns;
-        if sandboxed && holds(pid, &wanted) {
-            return true;
+        let sandboxed = inherited
+            || match pid_namespace(pid) {
+                Ok(ns) => ns != own_ns,
+                Err(error) if gone(&error) => continue,
+                Err(error) => return Err(error),
+            };
+        if sandboxed && holds(pid, &wanted)? {
+            return Ok(true);
         }
-        pending.extend(children(pid).into_iter().map(|child| (child, sandboxed)));
+        pending.extend(children(pid)?.into_iter().map(|child| (child, sandboxed)));
     }
-    false
+    Ok(false)
 }
 
 /// The most processes the sandbox test walks before it refuses anyway.
 const MAX_WALK: usize = 65_536;
 
-/// The children of every thread of `pid` (empty when it is gone).
-fn children(pid: u32) -> Vec<u32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
-    let mut found = Vec::new();
-    for task in tasks.flatten() {
-        let Ok(text) = std::fs::read_to_string(task.path().join("children")) else { continue };
-        found.extend(text.split_whitespace().filter_map(|n| n.parse::<u32>().ok()));
-    }
-    found
+/// Whether a `/proc` read failed because the process is gone.
+fn gone(error: &io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::ENOENT | libc::ESRCH))
 }
 
-fn pid_namespace(pid: u32) -> Option<std::path::PathBuf> {
-    std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()
+/// The children of every thread of `pid` (none when it is gone).
+fn children(pid: u32) -> io::Result<Vec<u32>> {
+    let tasks = match std::fs::read_dir(format!("/proc/{pid}/task")) {
+        Ok(tasks) => tasks,
+        Err(error) if gone(&error) => return Ok(Vec::new()),
+        Err(error) => return Err(error),
+    };
+    let mut found = Vec::new();
+    for task in tasks {
+        let task = task?;
+        match std::fs::read_to_string(task.path().join("children")) {
+            Ok(text) => found.extend(text.split_whitespace().filter_map(|n| n.parse::<u32>().ok())),
+            Err(error) if gone(&error) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(found)
+}
+
+fn pid_namespace(pid: u32) -> io::Result<std::path::PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/ns/pid"))
 }
 
 /// Whether one of `pid`'s descriptors is `wanted` (`socket:[INODE]`).
-fn holds(pid: u32, wanted: &str) -> bool {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
-    fds.flatten()
-        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target.as_os_str() == wanted))
+fn holds(pid: u32, wanted: &str) -> io::Result<bool> {
+    let fds = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        Ok(fds) => fds,
+        Err(error) if gone(&error) => return Ok(false),
+        Err(error) => return Err(error),
+    };
+    for fd in fds {
+        let fd = fd?;
+        if std::fs::read_link(fd.path()).is_ok_and(|target| target.as_os_str() == wanted) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 #[cfg(test)]
@@ -314,13 +371,13 @@ mod tests {
             let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
             let (accepted, peer) = listener.accept().unwrap();
             let local = accepted.local_addr().unwrap();
-            let found = lookup(local, peer).unwrap();
+            let found = PeerLookup::new().lookup(local, peer).unwrap();
             // SAFETY: geteuid cannot fail.
             assert_eq!(found.uid, unsafe { libc::geteuid() });
             let own = std::fs::read_link(format!("/proc/self/fd/{}", client.as_raw_fd())).unwrap();
             assert_eq!(own.to_str().unwrap(), format!("socket:[{}]", found.inode));
             assert_eq!(proc_net(unmapped(local), unmapped(peer)).unwrap(), found);
-            assert!(!held_by_sandbox(found.inode));
+            assert!(!held_by_sandbox(found.inode).unwrap());
         }
     }
 }

@@ -93,13 +93,44 @@ pub fn bind(path: &Path) -> io::Result<UnixSocket> {
     Ok(UnixSocket { listener, path: path.to_owned(), inode, _lock: lock })
 }
 
-/// Creates `dir` (mode 0700) when missing, then checks it ([`check_private_dir`]).
+/// Creates `dir` (mode 0700) when missing, then checks it
+/// ([`check_private_dir`]). What exists is checked first, hop by hop, and
+/// each missing directory is made with one `mkdir` that follows no link:
+/// nothing is ever created through a link planted by another user.
 pub(crate) fn private_dir(dir: &Path) -> io::Result<()> {
-    if let Err(error) = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
-        return Err(io::Error::new(
+    let mut existing = dir.to_path_buf();
+    let mut missing = Vec::new();
+    while std::fs::symlink_metadata(&existing).is_err() {
+        let Some(name) = existing.file_name().map(|n| n.to_owned()) else { break };
+        missing.push(name);
+        existing.pop();
+    }
+    check_hops(dir, &existing)?;
+    let created = |error: io::Error, at: &Path| {
+        io::Error::new(
             error.kind(),
-            format!("cannot create the socket's directory {}: {error}", dir.display()),
-        ));
+            format!("cannot create the socket's directory {}: {error}", at.display()),
+        )
+    };
+    for name in missing.into_iter().rev() {
+        existing.push(name);
+        if let Err(error) = std::fs::DirBuilder::new().mode(0o700).create(&existing) {
+            if error.kind() != io::ErrorKind::AlreadyExists {
+                return Err(created(error, &existing));
+            }
+        }
+        // Made by us, or by someone else meanwhile: it must be a directory, not a link.
+        let meta = std::fs::symlink_metadata(&existing).map_err(|e| created(e, &existing))?;
+        if !meta.file_type().is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "the socket's directory {} lies in {}, which is not a directory",
+                    dir.display(),
+                    existing.display()
+                ),
+            ));
+        }
     }
     check_private_dir(dir)
 }
@@ -126,9 +157,18 @@ pub(crate) fn check_private_dir(dir: &Path) -> io::Result<()> {
             meta.mode() & 0o7777
         )));
     }
+    check_hops(dir, dir)
+}
+
+/// Checks every hop of `path`'s resolution (links included, component by
+/// component): each belongs to root or this user and is writable by others
+/// only when sticky. `dir` names the socket's directory in errors.
+fn check_hops(dir: &Path, path: &Path) -> io::Result<()> {
+    let uid = euid();
+    let refuse = |why: String| io::Error::new(io::ErrorKind::PermissionDenied, why);
     // Every hop of the resolution, links included, component by component.
     let mut pending: Vec<std::ffi::OsString> =
-        dir.components().rev().map(|c| c.as_os_str().to_owned()).collect();
+        path.components().rev().map(|c| c.as_os_str().to_owned()).collect();
     let mut at = PathBuf::from("/");
     let mut links = 0;
     while let Some(name) = pending.pop() {

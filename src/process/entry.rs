@@ -81,6 +81,8 @@ pub(crate) struct Entry {
     answer: crate::dialect::Dialect,
     master: Option<Box<dyn MasterPty + Send>>,
     tasks: JoinSet<()>,
+    /// What its stored argv costs the retained-memory budgets.
+    pub(crate) stored: Option<super::Charge>,
 }
 
 impl Entry {
@@ -138,6 +140,7 @@ impl Entry {
             answer: params.answer,
             master: handles.master,
             tasks,
+            stored: None,
         })
     }
 

@@ -18,22 +18,30 @@ pub(crate) const RETAINED_BYTES: usize = 1024 * 1024;
 /// heap block of its bytes and the allocator's header (measured: about 104 B).
 pub(crate) const CHUNK_OVERHEAD: usize = 128;
 
-/// Retained output in charged bytes: of one connection's processes (its
-/// parent is the server's account), or of a whole server.
+/// What one connection's processes (its parent is the server's account), or
+/// a whole server's, hold in memory: retained output, and stored commands
+/// (argv, env and cwd), each in charged bytes and each with its own budget.
 #[derive(Debug, Default)]
 pub(crate) struct Account {
     bytes: AtomicUsize,
+    commands: AtomicUsize,
     parent: Option<Arc<Account>>,
 }
 
 impl Account {
     /// A connection's account, charging `server` too.
     pub(crate) fn child_of(server: Arc<Account>) -> Account {
-        Account { bytes: AtomicUsize::new(0), parent: Some(server) }
+        Account { bytes: AtomicUsize::new(0), commands: AtomicUsize::new(0), parent: Some(server) }
     }
 
+    /// Retained output.
     pub(crate) fn bytes(&self) -> usize {
         self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Stored commands.
+    pub(crate) fn commands(&self) -> usize {
+        self.commands.load(Ordering::Relaxed)
     }
 
     fn add(&self, bytes: usize) {
@@ -48,6 +56,52 @@ impl Account {
         if let Some(parent) = &self.parent {
             parent.sub(bytes);
         }
+    }
+
+    fn add_commands(&self, bytes: usize) {
+        self.commands.fetch_add(bytes, Ordering::Relaxed);
+        if let Some(parent) = &self.parent {
+            parent.add_commands(bytes);
+        }
+    }
+
+    fn sub_commands(&self, bytes: usize) {
+        self.commands.fetch_sub(bytes, Ordering::Relaxed);
+        if let Some(parent) = &self.parent {
+            parent.sub_commands(bytes);
+        }
+    }
+}
+
+/// What a stored string list costs besides its bytes: each string's record
+/// and heap block (a `String` is 24 B, plus the allocator's header and rounding).
+pub(crate) const STRING_OVERHEAD: usize = 48;
+
+/// Stored-command bytes charged to an account while held (a process's argv,
+/// env and cwd), given back when dropped.
+#[derive(Debug)]
+pub(crate) struct Charge {
+    bytes: usize,
+    account: Arc<Account>,
+}
+
+impl Charge {
+    pub(crate) fn new(account: Arc<Account>, bytes: usize) -> Charge {
+        account.add_commands(bytes);
+        Charge { bytes, account }
+    }
+
+    /// Keeps `bytes` of the charge (never more than it holds).
+    pub(crate) fn shrink_to(&mut self, bytes: usize) {
+        let freed = self.bytes.saturating_sub(bytes);
+        self.account.sub_commands(freed);
+        self.bytes -= freed;
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.account.sub_commands(self.bytes);
     }
 }
 

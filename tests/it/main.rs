@@ -15,6 +15,7 @@ mod fs_trees;
 mod fuse;
 mod large;
 mod launcher;
+mod listener;
 mod process;
 mod protocol;
 mod pty;

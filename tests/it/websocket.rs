@@ -193,13 +193,15 @@ async fn off_loopback_needs_a_token_and_checks_it() {
     assert_eq!(output.status.code(), Some(2));
     assert_eq!(
         String::from_utf8_lossy(&output.stderr),
-        "exec-server: --listen ws://0.0.0.0:0: a non-loopback address needs --token-file (clients then send Authorization: Bearer TOKEN)\n"
+        "exec-server: --listen ws://0.0.0.0:0: a non-loopback address needs --ws-auth (or --token-file; clients then send Authorization: Bearer TOKEN)\n"
     );
     assert!(output.stdout.is_empty());
 
     let dir = scratch("ws-token");
     let token_file = dir.join("token");
     std::fs::write(&token_file, "s3cret-token\n").unwrap();
+    std::fs::set_permissions(&token_file, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .unwrap();
     let server = WsServer::start(&[
         "--listen",
         "ws://0.0.0.0:0",
