@@ -584,6 +584,18 @@ async fn bench() {
         .await
         {
             Ok(ws) => {
+                let (_listening, url) = listening().await;
+                let served = median_of(|| upgrades(&url, UPGRADES)).await;
+                let plain = plain_upgrade_server().await;
+                let baseline = median_of(|| upgrades(&plain, UPGRADES)).await;
+                rows.push(Row {
+                    what: "WebSocket upgrade, peer uid + sandbox checked (us)",
+                    server: micros(served, UPGRADES),
+                    baseline: micros(baseline, UPGRADES),
+                    baseline_what: "the same upgrade, bench's own server",
+                    unit: "us",
+                    higher_is_better: false,
+                });
                 let ws_client = ws.client().clone();
                 let over_ws = median(|| terminate_round_trips(&ws_client)).await;
                 let terminate = median(|| terminate_round_trips(&client)).await;
@@ -633,6 +645,81 @@ async fn bench() {
     println!("\n{json}");
     let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench.json");
     let _ = std::fs::write(target, &json);
+}
+
+/// Upgrades in a row per run of the upgrade row.
+const UPGRADES: u32 = 500;
+
+/// `count` TCP connections to `url`, each sending an upgrade request and
+/// reading the answer's head, one after another.
+async fn upgrades(url: &str, count: u32) -> Duration {
+    let address = url.trim_start_matches("ws://").to_owned();
+    let request = format!(
+        "GET / HTTP/1.1\r\nHost: {address}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    let start = Instant::now();
+    for _ in 0..count {
+        let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut head = Vec::new();
+        let mut buffer = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let read = stream.read(&mut buffer).await.unwrap();
+            assert!(read > 0, "the server closed before answering the upgrade");
+            head.extend_from_slice(&buffer[..read]);
+        }
+        assert!(head.starts_with(b"HTTP/1.1 101 "), "{}", String::from_utf8_lossy(&head));
+    }
+    start.elapsed()
+}
+
+/// A `--listen ws://127.0.0.1:0` server of its own (killed when dropped) and its URL.
+async fn listening() -> (tokio::process::Child, String) {
+    let mut child = tokio::process::Command::new(server_binary())
+        .args(["--listen", "ws://127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = lines.next_line().await.unwrap().unwrap();
+    (child, url)
+}
+
+/// A bench-local server that reads each upgrade request and answers 101 at
+/// once, with no check at all: the baseline of the upgrade row.
+async fn plain_upgrade_server() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let _ = stream.set_nodelay(true);
+                let mut head = Vec::new();
+                let mut buffer = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(read) => head.extend_from_slice(&buffer[..read]),
+                    }
+                }
+                let key = tokio_tungstenite::tungstenite::handshake::derive_accept_key(
+                    b"dGhlIHNhbXBsZSBub25jZQ==",
+                );
+                let answer = format!(
+                    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {key}\r\n\r\n"
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+                // Held until the client goes, as the server holds its connections.
+                let _ = stream.read(&mut buffer).await;
+            });
+        }
+    });
+    url
 }
 
 /// Whether `BENCH_ONLY` (unset: everything) names `section`.

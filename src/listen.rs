@@ -291,11 +291,17 @@ const UNCHECKED_PEER: &str =
 /// only for an upgrade; the thread starts after it.
 async fn upgrade(mut stream: TcpStream, peer: SocketAddr, inode: Option<u64>, shared: Shared) {
     if let Some(inode) = inode {
-        let held = tokio::task::spawn_blocking(move || peer::held_by_sandbox(inode)).await;
+        // A small tree is walked here (a thread hop costs more than the walk).
+        let held = match peer::held_by_sandbox(inode, peer::INLINE_WALK) {
+            Ok(None) => {
+                let walk = move || peer::held_by_sandbox(inode, usize::MAX);
+                tokio::task::spawn_blocking(walk).await.unwrap_or_else(|e| Err(io::Error::other(e)))
+            }
+            done => done,
+        };
         let refusal = match held {
-            Ok(Ok(false)) => None,
-            Ok(Ok(true)) => Some(SANDBOXED_PEER.to_owned()),
-            Ok(Err(error)) => Some(format!("{UNCHECKED_PEER} ({error})")),
+            Ok(Some(false)) => None,
+            Ok(Some(true) | None) => Some(SANDBOXED_PEER.to_owned()),
             Err(error) => Some(format!("{UNCHECKED_PEER} ({error})")),
         };
         if let Some(refusal) = refusal {

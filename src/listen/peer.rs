@@ -272,12 +272,13 @@ fn proc_address(address: SocketAddr) -> String {
 
 /// Whether a process in one of this server's sandboxes holds the socket
 /// `inode`; an error when the walk cannot be made (out of descriptors), which
-/// the caller treats as held (fail closed).
-pub(crate) fn held_by_sandbox(inode: u64) -> io::Result<bool> {
-    search(inode)
+/// the caller treats as held (fail closed). `None` when the server has more
+/// than `budget` descendants: the caller walks them off its loop.
+pub(crate) fn held_by_sandbox(inode: u64, budget: usize) -> io::Result<Option<bool>> {
+    search(inode, budget)
 }
 
-fn search(inode: u64) -> io::Result<bool> {
+fn search(inode: u64, budget: usize) -> io::Result<Option<bool>> {
     let own_ns = pid_namespace(std::process::id())?;
     let wanted = format!("socket:[{inode}]");
     // (pid, in a sandbox) of each descendant still to look at.
@@ -286,6 +287,9 @@ fn search(inode: u64) -> io::Result<bool> {
     let mut seen = 0usize;
     while let Some((pid, inherited)) = pending.pop() {
         seen += 1;
+        if seen > budget {
+            return Ok(None);
+        }
         if seen > MAX_WALK {
             return Err(io::Error::other(format!("over {MAX_WALK} descendants")));
         }
@@ -296,15 +300,18 @@ fn search(inode: u64) -> io::Result<bool> {
                 Err(error) => return Err(error),
             };
         if sandboxed && holds(pid, &wanted)? {
-            return Ok(true);
+            return Ok(Some(true));
         }
         pending.extend(children(pid)?.into_iter().map(|child| (child, sandboxed)));
     }
-    Ok(false)
+    Ok(Some(false))
 }
 
 /// The most processes the sandbox test walks before it refuses anyway.
 const MAX_WALK: usize = 65_536;
+/// Descendants walked on the listener's loop (tens of microseconds); a
+/// larger tree is walked on a blocking thread.
+pub(crate) const INLINE_WALK: usize = 64;
 
 /// Whether a `/proc` read failed because the process is gone.
 fn gone(error: &io::Error) -> bool {
@@ -377,7 +384,7 @@ mod tests {
             let own = std::fs::read_link(format!("/proc/self/fd/{}", client.as_raw_fd())).unwrap();
             assert_eq!(own.to_str().unwrap(), format!("socket:[{}]", found.inode));
             assert_eq!(proc_net(unmapped(local), unmapped(peer)).unwrap(), found);
-            assert!(!held_by_sandbox(found.inode).unwrap());
+            assert_eq!(held_by_sandbox(found.inode, usize::MAX).unwrap(), Some(false));
         }
     }
 }
