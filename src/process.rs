@@ -403,7 +403,11 @@ impl ProcessTable {
                 let session = entry.signal_tree(&[Signal::KILL]);
                 self.sweep(vec![session], &[Signal::KILL]);
             }
-            let sandbox_type = outbound::sandbox_type(params.answer, entry.sandbox_type);
+            let sandbox_type = outbound::start_sandbox_type(
+                params.answer,
+                params.sandbox.as_ref(),
+                entry.sandbox_type,
+            );
             self.ids.insert(serial, params.process_id.clone());
             self.entries.insert(params.process_id.clone(), entry);
             StartResult { process_id: params.process_id.clone(), sandbox_type }

@@ -83,7 +83,7 @@ pub(super) async fn connect(
 ) -> Result<(Arc<Shared>, mpsc::Sender<String>, InitializeResult, JoinHandle<()>), Error> {
     let shared = Arc::new(Shared::default());
     shared.set_dialect(options.dialect);
-    let params = InitializeParams::new(options.client_name.clone());
+    let params = InitializeParams::new(options.client_name.clone()).resumable();
     let (connection, info) = open(&connector, &shared, params).await?;
     shared.set_sends_closed(sends_closed(&info));
     let (outgoing, queue) = mpsc::channel(4);
@@ -194,7 +194,10 @@ impl Supervisor {
         let mut last = String::from("no attempt finished");
         while Instant::now() < deadline {
             // This client's old connection is dead, whatever the server thinks.
-            let params = InitializeParams::new(self.client_name.clone()).resume(session).takeover();
+            let params = InitializeParams::new(self.client_name.clone())
+                .resume(session)
+                .takeover()
+                .resumable();
             let attempt = open(&self.connector, &self.shared, params);
             match tokio::time::timeout(ATTEMPT_TIMEOUT, attempt).await {
                 Ok(Ok((connection, info))) => {

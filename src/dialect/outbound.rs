@@ -43,6 +43,18 @@ pub(crate) fn sandbox_type(dialect: Dialect, sandbox: SandboxType) -> SandboxTyp
     }
 }
 
+/// The sandbox type a start result carries: always in today's dialect; in
+/// exec-server.v0 only when the start asked for a sandbox (Part A's start
+/// result is exactly `{"processId"}`).
+pub(crate) fn start_sandbox_type(
+    dialect: Dialect,
+    asked: Option<&crate::protocol::Sandbox>,
+    sandbox: SandboxType,
+) -> Option<SandboxType> {
+    let asked = asked.is_some_and(|s| s.mode != crate::protocol::SandboxMode::None);
+    (dialect == Dialect::Today || asked).then(|| sandbox_type(dialect, sandbox))
+}
+
 /// A refused write in today's dialect: the status that says why, when there is one.
 pub(crate) fn write_refusal(dialect: Dialect, refusal: WriteStatus) -> Option<WriteResult> {
     (dialect == Dialect::Today).then_some(WriteResult { accepted: false, status: refusal })

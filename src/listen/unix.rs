@@ -105,6 +105,10 @@ pub(crate) fn private_dir(dir: &Path) -> io::Result<()> {
         missing.push(name);
         existing.pop();
     }
+    if missing.is_empty() {
+        // Nothing to make: the directory as it is.
+        return check_private_dir(dir);
+    }
     check_hops(dir, &existing)?;
     let created = |error: io::Error, at: &Path| {
         io::Error::new(

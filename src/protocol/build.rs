@@ -13,7 +13,15 @@ impl InitializeParams {
             client_name: client_name.into(),
             resume_session_id: None,
             takeover: false,
+            resumable: false,
         }
+    }
+
+    /// Says that this client resumes a dropped connection's session, so the
+    /// server keeps it detached instead of killing it.
+    pub fn resumable(mut self) -> InitializeParams {
+        self.resumable = true;
+        self
     }
 
     /// Reattach the detached session `session_id` instead of starting a new one.

@@ -157,6 +157,11 @@ pub struct InitializeParams {
     /// answer is still -32010, and a retry a moment later resumes.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub takeover: bool,
+    /// This client resumes a session whose connection dropped (Part B,
+    /// Sessions): over WebSocket its session detaches on close instead of
+    /// being killed, as Part A has it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resumable: bool,
 }
 
 /// `initialize` result.
@@ -363,9 +368,11 @@ pub struct StartParams {
 pub struct StartResult {
     /// The id the client chose.
     pub process_id: String,
-    /// How the process is confined (Part B).
-    #[serde(default)]
-    pub sandbox_type: SandboxType,
+    /// How the process is confined (Part B): always in today's dialect; in
+    /// exec-server.v0 only when the start asked for a sandbox, so that a v0
+    /// answer is exactly `{"processId"}` as Part A shows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_type: Option<SandboxType>,
 }
 
 /// `process/read` params.

@@ -131,9 +131,12 @@ fn malformed_lines_name_the_problem() {
 #[test]
 fn typed_encoding_matches_the_wire() {
     let started: Result<StartResult, ErrorObject> =
-        Ok(StartResult { process_id: "p".into(), sandbox_type: SandboxType::None });
+        Ok(StartResult { process_id: "p".into(), sandbox_type: None });
+    assert_eq!(encode_response(&1.into(), &started), r#"{"id":1,"result":{"processId":"p"}}"#);
+    let sandboxed: Result<StartResult, ErrorObject> =
+        Ok(StartResult { process_id: "p".into(), sandbox_type: Some(SandboxType::None) });
     assert_eq!(
-        encode_response(&1.into(), &started),
+        encode_response(&1.into(), &sandboxed),
         r#"{"id":1,"result":{"processId":"p","sandboxType":"none"}}"#
     );
     let refused: Result<Empty, ErrorObject> = Err(ErrorObject::invalid_request("no"));

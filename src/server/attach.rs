@@ -45,7 +45,7 @@ where
     let mut kicked = registration.as_ref().map(|r| r.registry().attached(r.id()));
     loop {
         // A closed connection leaves this session detached rather than ended.
-        let live = registration.is_some() && state.initialized();
+        let live = registration.is_some() && state.initialized() && state.client_resumes();
         let timer = state.table.next_deadline();
         let room = link.outbox.has_room();
         // A full fs queue holds the input back too (pipelined calls wait).

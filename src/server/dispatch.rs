@@ -86,6 +86,9 @@ pub(super) struct State {
     /// The client has spoken today's dialect (a file URI, `environment/*`):
     /// refused writes are answered with a status.
     today: bool,
+    /// The client said in `initialize` that it resumes (`resumable`, or
+    /// `resumeSessionId`): with `today`, what lets the session detach.
+    resumable: bool,
     /// Process requests that arrived while a start was under way, in order,
     /// with their sizes.
     waiting: VecDeque<(Request, Spoken, usize)>,
@@ -109,6 +112,7 @@ impl State {
             claimed: None,
             ending: Ending::Open,
             today: false,
+            resumable: false,
             fs: FsCalls::new(roots.clone()),
             watches: Watcher::new(roots.clone()),
             roots,
@@ -133,6 +137,13 @@ impl State {
         self.phase != Phase::New
     }
 
+    /// Whether the client has shown it can resume this session (Part A: a
+    /// closed connection kills, unless it has): it spoke today's dialect, or
+    /// said so in `initialize`.
+    pub(super) fn client_resumes(&self) -> bool {
+        self.resumable || self.today
+    }
+
     /// The session this connection asked to resume, claimed for it.
     pub(super) fn take_claimed(&mut self) -> Option<Claimed> {
         self.claimed.take()
@@ -155,12 +166,14 @@ impl State {
         self.phase = Phase::New;
         // The dialect a connection spoke is the connection's, not the session's.
         self.today = false;
+        self.resumable = false;
     }
 
     /// A connection resumed this session: the reply to its `initialize`.
     pub(super) fn resume(&mut self, request: &RequestId) -> String {
         tracing::info!(session = %self.session_id, "session resumed");
         self.phase = Phase::Initializing;
+        self.resumable = true;
         reply::<Initialize>(request, Ok(self.initialize_result()))
     }
 
@@ -455,6 +468,7 @@ impl State {
             ));
         }
         tracing::info!(client = %params.client_name, "initialize");
+        self.resumable = params.resumable;
         if let Some(resume) = params.resume_session_id {
             let claimed = match &self.sessions {
                 Some(sessions) => sessions.claim(&resume, params.takeover),

@@ -217,7 +217,7 @@ async fn nothing_sent_after_session_end_runs() {
         json!({"id": id, "error": {"code": -32600, "message": message}})
     };
     let expected = [
-        json!({"id": 2, "result": {"processId": "first", "sandboxType": "none"}}),
+        json!({"id": 2, "result": {"processId": "first"}}),
         json!({"id": 3, "result": {}}),
         refusal(4, "process/start"),
         refusal(5, "fs/writeFile"),

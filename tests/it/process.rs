@@ -30,7 +30,7 @@ async fn the_start_result_comes_before_any_notification() {
     let mut h = Harness::ready().await;
     let id = h.send_request("process/start", start_params("q", &["echo", "fast"], json!({}))).await;
     let first = h.next().await;
-    assert_eq!(first, json!({"id": id, "result": {"processId": "q", "sandboxType": "none"}}));
+    assert_eq!(first, json!({"id": id, "result": {"processId": "q"}}));
     let (bytes, exited) = h.output_and_exit("q").await;
     assert_eq!(bytes, b"fast\n");
     assert_eq!(exited, json!({"processId": "q", "seq": 1, "exitCode": 0}));
@@ -213,7 +213,7 @@ async fn concurrent_starts_with_one_id_exactly_one_wins() {
     let a = h.send_request("process/start", params.clone()).await;
     let b = h.send_request("process/start", params).await;
     let (ra, rb) = (h.response(a).await, h.response(b).await);
-    assert_eq!(ra, json!({"id": a, "result": {"processId": "dup", "sandboxType": "none"}}));
+    assert_eq!(ra, json!({"id": a, "result": {"processId": "dup"}}));
     assert_eq!(
         rb,
         json!({"id": b, "error": {"code": -32600, "message": "process dup already exists"}})

@@ -196,10 +196,7 @@ async fn requests_behind_a_start_wait_for_it_in_order() {
         )
         .await;
     let list = h.send_request("process/list", json!({})).await;
-    assert_eq!(
-        h.response(start).await["result"],
-        json!({"processId": "cat", "sandboxType": "none"})
-    );
+    assert_eq!(h.response(start).await["result"], json!({"processId": "cat"}));
     assert_eq!(h.response(write).await["result"], json!({"accepted": true, "status": "accepted"}));
     assert_eq!(h.response(list).await["result"]["processes"][0]["processId"], "cat");
     let (output, exited) = h.output_and_exit("cat").await;
@@ -216,10 +213,7 @@ async fn a_pipelined_start_waits_for_the_outcome_of_one_with_its_id() {
         .await;
     let failed = h.response(first).await;
     assert_eq!(failed["error"]["code"], -32603, "{failed}");
-    assert_eq!(
-        h.response(second).await["result"],
-        json!({"processId": "m", "sandboxType": "none"})
-    );
+    assert_eq!(h.response(second).await["result"], json!({"processId": "m"}));
 }
 
 #[tokio::test]

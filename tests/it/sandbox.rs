@@ -238,10 +238,7 @@ async fn start_results_and_the_list_carry_the_sandbox_type() {
         json!({"processId": "s", "sandboxType": "linuxLandlock"})
     );
     let plain = json!({"processId": "p", "argv": ["true"], "cwd": "/tmp", "env": {}, "tty": false});
-    assert_eq!(
-        server.result("process/start", plain).await,
-        json!({"processId": "p", "sandboxType": "none"})
-    );
+    assert_eq!(server.result("process/start", plain).await, json!({"processId": "p"}));
     let list = server.result("process/list", json!({})).await;
     let mut types: Vec<(Value, Value)> = list["processes"]
         .as_array()
@@ -535,4 +532,17 @@ async fn both_executors_take_the_same_sandbox() {
     assert_eq!(std::fs::read_to_string(tree.w.join("local")).unwrap(), "in\n");
     assert_eq!(std::fs::read_to_string(tree.w.join("remote")).unwrap(), "in\n");
     assert_eq!(std::fs::read_to_string(tree.out.join("file")).unwrap(), "outside");
+}
+
+#[tokio::test]
+async fn a_v0_start_names_its_sandbox_only_when_it_asked_for_one() {
+    let tree = Tree::new("v0-type", User::Current);
+    let mut server = User::Current.ready(&[], &[]).await;
+    let none = json!({"processId": "n", "argv": ["true"], "cwd": "/tmp", "env": {}, "tty": false, "sandbox": {"mode": "none"}});
+    assert_eq!(server.result("process/start", none).await, json!({"processId": "n"}));
+    let params = sandboxed("s", &["true"], tree.w(), json!({}), restricted(tree.w()));
+    assert_eq!(
+        server.result("process/start", params).await,
+        json!({"processId": "s", "sandboxType": "linuxLandlock"})
+    );
 }

@@ -30,7 +30,7 @@ fn cut(peer: &WsPeer) {
 
 /// `initialize` (resuming `resume` if given) on a raw peer: the whole reply.
 async fn initialize(peer: &mut WsPeer, resume: Option<&str>) -> Value {
-    let mut params = json!({"clientName": "sessions"});
+    let mut params = json!({"clientName": "sessions", "resumable": true});
     if let Some(id) = resume {
         params["resumeSessionId"] = json!(id);
     }
@@ -320,7 +320,8 @@ async fn a_killed_bridge_is_followed_by_one_that_resumes_and_a_sigkilled_daemon_
 ) {
     let path = socket_path("bridge");
     let mut first = bridge(&path, &["--session-ttl", "60s"]);
-    let reply = first.result("initialize", json!({"clientName": "bridge"})).await;
+    let reply =
+        first.result("initialize", json!({"clientName": "bridge", "resumable": true})).await;
     let session = reply["sessionId"].as_str().unwrap().to_owned();
     let daemon = Daemon(peer_pid(&path));
     // Private: the directory is 0700, the socket 0600.
@@ -463,7 +464,8 @@ async fn a_stream_client_and_bridge_start_and_answer_by_hand() {
     let path = socket_path("hand");
     let mut bridge = bridge(&path, &[]);
     let _daemon_guard = {
-        let reply = bridge.result("initialize", json!({"clientName": "hand"})).await;
+        let reply =
+            bridge.result("initialize", json!({"clientName": "hand", "resumable": true})).await;
         assert!(reply["sessionId"].is_string());
         Daemon(peer_pid(&path))
     };
@@ -497,7 +499,7 @@ async fn lines_piped_through_a_bridge_are_all_answered_before_it_detaches() {
     let dir = scratch("daemon-piped-files");
     let file = dir.join("written");
     let lines = [
-        json!({"id": 1, "method": "initialize", "params": {"clientName": "pipe"}}),
+        json!({"id": 1, "method": "initialize", "params": {"clientName": "pipe", "resumable": true}}),
         json!({"method": "initialized"}),
         json!({"id": 2, "method": "fs/writeFile", "params": {"path": file, "dataBase64": b64(b"piped")}}),
         json!({"id": 3, "method": "process/start", "params": start_params("s", &["sleep", "77"], json!({}))}),
@@ -740,8 +742,10 @@ async fn detached_sessions_leave_room_for_connections_and_second_daemons_find_th
     let path = socket_path("room");
     let url = format!("unix:{}", path.display());
     let mut first = bridge(&path, &["--max-connections", "1"]);
-    let session =
-        first.result("initialize", json!({"clientName": "room"})).await["sessionId"].clone();
+    let session = first
+        .result("initialize", json!({"clientName": "room", "resumable": true}))
+        .await["sessionId"]
+        .clone();
     let _daemon = Daemon(peer_pid(&path));
     first.send_line(r#"{"method":"initialized"}"#).await;
     first.call("process/start", start_params("s", &["sleep", "100"], json!({}))).await;

@@ -205,7 +205,7 @@ impl Harness {
     /// Starts a process; `extra` fields are merged into the params.
     pub async fn start_with(&mut self, id: &str, argv: &[&str], extra: Value) {
         let result = self.result("process/start", start_params(id, argv, extra)).await;
-        assert_eq!(result, json!({"processId": id, "sandboxType": "none"}));
+        assert_eq!(result, json!({"processId": id}));
     }
 
     /// Every notification of process `id` up to and including `process/closed`.

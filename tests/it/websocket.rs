@@ -272,3 +272,42 @@ async fn a_peer_that_goes_silent_is_dropped_and_its_session_ends_after_the_ttl()
     let _ = stop.send(());
     within("the listener to stop", listening).await.unwrap().unwrap();
 }
+
+/// Part A for exec-server.v0 clients: a start that asks for no sandbox answers
+/// exactly `{"processId"}`, and closing the WebSocket kills what it started
+/// unless the client said it resumes.
+#[tokio::test]
+async fn a_v0_client_gets_part_a_answers_and_its_close_kills() {
+    let server = WsServer::start(&["--listen", "ws://127.0.0.1:0"]).await;
+    let mut pids = Vec::new();
+    for resumable in [false, true] {
+        let mut peer = WsPeer::connect(&server.url).await;
+        let params = if resumable {
+            json!({"clientName": "v1", "resumable": true})
+        } else {
+            json!({"clientName": "v0"})
+        };
+        peer.send_text(&json!({"id": 1, "method": "initialize", "params": params}).to_string())
+            .await;
+        assert_eq!(peer.next().await.unwrap()["result"]["protocolVersion"], "exec-server.v0");
+        peer.send_text(r#"{"method":"initialized"}"#).await;
+        for (id, sandbox) in [("plain", None), ("none", Some(json!({"mode": "none"})))] {
+            let mut params = json!({"processId": id, "argv": ["sleep", "60"], "cwd": "/tmp", "env": {}, "tty": false});
+            if let Some(sandbox) = sandbox {
+                params["sandbox"] = sandbox;
+            }
+            let start = json!({"id": 2, "method": "process/start", "params": params});
+            peer.send_text(&start.to_string()).await;
+            assert_eq!(peer.next().await.unwrap(), json!({"id": 2, "result": {"processId": id}}));
+        }
+        peer.send_text(r#"{"id":3,"method":"process/list","params":{}}"#).await;
+        let list = peer.next().await.unwrap();
+        let pid = list["result"]["processes"][0]["pid"].as_u64().unwrap() as u32;
+        peer.close().await;
+        pids.push(pid);
+    }
+    // The v0 client's processes die with its connection...
+    wait_dead(pids[0]).await;
+    // ...the resuming client's wait for it (until --session-ttl).
+    assert!(!is_dead(pids[1]), "a resumable session's process died at the close");
+}
