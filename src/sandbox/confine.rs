@@ -40,6 +40,7 @@ pub(crate) fn exec(spec: &Spec, roots: &Roots, abi: u32, argv: &[CString]) -> ! 
 
 fn confine(spec: &Spec, roots: &Roots, abi: u32) -> Result<(), String> {
     default_signals()?;
+    reopen_stdio(spec.tty.as_deref())?;
     // SAFETY: plain prctl with integer arguments.
     check(
         unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }.into(),
@@ -47,11 +48,69 @@ fn confine(spec: &Spec, roots: &Roots, abi: u32) -> Result<(), String> {
     )?;
     landlock::restrict(roots, spec.policy.network, spec.tty.as_deref(), abi)?;
     drop_capabilities()?;
-    seccomp::install(spec.policy.network)?;
+    let rules = seccomp::Rules {
+        network: spec.policy.network,
+        confined_reads: spec.policy.readable.is_some(),
+    };
+    seccomp::install(rules)?;
     // SAFETY: marks descriptors 3 and up close-on-exec; the report pipe goes with the exec.
     let rc =
         unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
     check(rc, "cannot mark inherited descriptors close-on-exec")?;
+    Ok(())
+}
+
+/// Descriptors 0-2 that are `/dev/null` or the process's terminal, opened by
+/// the server on the host's writable mounts, are opened again by name in the
+/// view, whose mounts are read-only: `fchmod(0)`, `fchown(0)` or
+/// `futimens(0)` then fail with EROFS instead of changing the host's
+/// `/dev/null` or `/dev/pts/N`. Pipes are left as they are.
+fn reopen_stdio(tty: Option<&std::path::Path>) -> Result<(), String> {
+    let null = sys::c_path(std::path::Path::new("/dev/null"))?;
+    let tty = tty.map(sys::c_path).transpose()?;
+    let rdev_of = |path: &std::ffi::CStr| {
+        // SAFETY: stat into a zeroed stat of a NUL-terminated path.
+        unsafe {
+            let mut stat: libc::stat = std::mem::zeroed();
+            (libc::stat(path.as_ptr(), &mut stat) == 0).then_some(stat.st_rdev)
+        }
+    };
+    let null_rdev = rdev_of(&null);
+    let tty_rdev = tty.as_deref().and_then(rdev_of);
+    for fd in 0..=2 {
+        // SAFETY: fstat into a zeroed stat; EBADF for a closed descriptor.
+        let stat = unsafe {
+            let mut stat: libc::stat = std::mem::zeroed();
+            if libc::fstat(fd, &mut stat) != 0 {
+                continue;
+            }
+            stat
+        };
+        if stat.st_mode & libc::S_IFMT != libc::S_IFCHR {
+            continue;
+        }
+        let path = if Some(stat.st_rdev) == null_rdev {
+            &null
+        } else if let (Some(rdev), Some(tty)) = (tty_rdev, tty.as_ref()) {
+            if stat.st_rdev != rdev {
+                continue;
+            }
+            tty
+        } else {
+            continue;
+        };
+        // SAFETY: a NUL-terminated path; the new descriptor replaces `fd`, then goes.
+        unsafe {
+            let again = libc::open(path.as_ptr(), libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+            check(
+                again.into(),
+                &format!("cannot open {} again in the sandbox", path.to_string_lossy()),
+            )?;
+            let moved = libc::dup2(again, fd);
+            libc::close(again);
+            check(moved.into(), "cannot replace a standard descriptor")?;
+        }
+    }
     Ok(())
 }
 

@@ -9,7 +9,18 @@
 //! - no keyrings (`add_key`, `request_key`, `keyctl`): the user keyring is
 //!   shared by every process of the user;
 //! - no io_uring, which would create sockets past this filter, and no system
-//!   call of another ABI (x32, i386), which would name them by other numbers.
+//!   call of another ABI (x32, i386), which would name them by other numbers;
+//! - no new mount and no new namespace: the mount API (`mount`, `umount2`,
+//!   `pivot_root`, `fsopen`, `fsconfig`, `fsmount`, `fspick`, `open_tree`,
+//!   `move_mount`, `mount_setattr`, `open_tree_attr`) and `setns` are EPERM, as
+//!   are `unshare` and `clone` with any `CLONE_NEW*` flag; `clone3`, whose
+//!   flags a filter cannot read, is ENOSYS (glibc then falls back to `clone`).
+//!   A fresh mount (a cgroup2 `fsmount` in a nested user namespace) would be
+//!   outside the read-only view, and Landlock does not check metadata;
+//! - no leases (`fcntl(F_SETLEASE)`), which stall writers outside for the
+//!   lease-break time;
+//! - with `readableRoots`, no inotify or fanotify watch: a watch names the
+//!   files created in any directory, readable or not.
 
 use std::io;
 
@@ -21,6 +32,13 @@ mod arch {
     pub(super) const NR_KEYRINGS: [u32; 3] = [248, 249, 250];
     /// x32 system calls have this bit set.
     pub(super) const FOREIGN_ABI_BIT: Option<u32> = Some(0x4000_0000);
+    pub(super) const NR_CLONE: u32 = 56;
+    pub(super) const NR_UNSHARE: u32 = 272;
+    pub(super) const NR_FCNTL: u32 = 72;
+    /// mount, umount2, pivot_root, setns.
+    pub(super) const NR_MOUNTS: [u32; 4] = [165, 166, 155, 308];
+    /// inotify_add_watch, fanotify_init, fanotify_mark.
+    pub(super) const NR_WATCHES: [u32; 3] = [254, 300, 301];
 }
 #[cfg(target_arch = "aarch64")]
 mod arch {
@@ -29,9 +47,24 @@ mod arch {
     pub(super) const NR_SOCKETPAIR: u32 = 199;
     pub(super) const NR_KEYRINGS: [u32; 3] = [217, 218, 219];
     pub(super) const FOREIGN_ABI_BIT: Option<u32> = None;
+    pub(super) const NR_CLONE: u32 = 220;
+    pub(super) const NR_UNSHARE: u32 = 97;
+    pub(super) const NR_FCNTL: u32 = 25;
+    /// mount, umount2, pivot_root, setns.
+    pub(super) const NR_MOUNTS: [u32; 4] = [40, 39, 41, 268];
+    /// inotify_add_watch, fanotify_init, fanotify_mark.
+    pub(super) const NR_WATCHES: [u32; 3] = [27, 262, 263];
 }
 
 const NR_IO_URING_SETUP: u32 = 425;
+const NR_CLONE3: u32 = 435;
+/// The new mount API, the same number on every architecture: open_tree,
+/// move_mount, fsopen, fsconfig, fsmount, fspick, mount_setattr, open_tree_attr.
+const NR_NEW_MOUNTS: [u32; 8] = [428, 429, 430, 431, 432, 433, 442, 467];
+/// Every `CLONE_NEW*` flag: NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER,
+/// NEWPID, NEWNET, NEWTIME.
+const CLONE_NEW_ANY: u32 = 0x7E02_0080;
+const F_SETLEASE: u32 = 1024;
 
 const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
 const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
@@ -48,9 +81,18 @@ const OFFSET_ARG1: u32 = 24;
 const SOCK_DGRAM: u32 = 2;
 const SOCK_TYPE_MASK: u32 = 0xf;
 
+/// What the filter refuses beyond its fixed rules.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rules {
+    /// The host's IP network is allowed.
+    pub(crate) network: bool,
+    /// Reads are confined (`readableRoots`): no inotify or fanotify watch.
+    pub(crate) confined_reads: bool,
+}
+
 /// Installs the filter on the calling thread; NoNewPrivs must be set.
-pub(crate) fn install(network: bool) -> Result<(), String> {
-    let program = filter(network);
+pub(crate) fn install(rules: Rules) -> Result<(), String> {
+    let program = filter(rules);
     let prog = libc::sock_fprog {
         len: u16::try_from(program.len()).map_err(|_| "seccomp filter too long".to_owned())?,
         filter: program.as_ptr().cast_mut(),
@@ -75,7 +117,7 @@ pub(crate) fn available() -> bool {
     unsafe { libc::prctl(libc::PR_GET_SECCOMP) >= 0 }
 }
 
-fn filter(network: bool) -> Vec<libc::sock_filter> {
+fn filter(rules: Rules) -> Vec<libc::sock_filter> {
     let errno = |e: i32| libc::SECCOMP_RET_ERRNO | (e as u32 & libc::SECCOMP_RET_DATA);
     let mut program = vec![
         statement(LD_W_ABS, OFFSET_ARCH),
@@ -88,11 +130,40 @@ fn filter(network: bool) -> Vec<libc::sock_filter> {
         program.push(statement(RET_K, libc::SECCOMP_RET_KILL_PROCESS));
     }
     let refuse = statement(RET_K, errno(libc::EACCES));
+    let not_permitted = statement(RET_K, errno(libc::EPERM));
     let allow = statement(RET_K, libc::SECCOMP_RET_ALLOW);
-    program.extend([jump(JEQ_K, NR_IO_URING_SETUP, 0, 1), statement(RET_K, errno(libc::ENOSYS))]);
+    let missing = statement(RET_K, errno(libc::ENOSYS));
+    program.extend([jump(JEQ_K, NR_IO_URING_SETUP, 0, 1), missing]);
+    program.extend([jump(JEQ_K, NR_CLONE3, 0, 1), missing]);
     for nr in arch::NR_KEYRINGS {
         program.extend([jump(JEQ_K, nr, 0, 1), refuse]);
     }
+    for nr in arch::NR_MOUNTS.into_iter().chain(NR_NEW_MOUNTS) {
+        program.extend([jump(JEQ_K, nr, 0, 1), not_permitted]);
+    }
+    if rules.confined_reads {
+        for nr in arch::NR_WATCHES {
+            program.extend([jump(JEQ_K, nr, 0, 1), refuse]);
+        }
+    }
+    // unshare and clone: refused with any CLONE_NEW* flag (the first argument).
+    for nr in [arch::NR_UNSHARE, arch::NR_CLONE] {
+        program.extend([
+            jump(JEQ_K, nr, 0, 4),
+            statement(LD_W_ABS, OFFSET_ARG0),
+            jump(JSET_K, CLONE_NEW_ANY, 0, 1),
+            not_permitted,
+            allow,
+        ]);
+    }
+    // fcntl: F_SETLEASE refused.
+    program.extend([
+        jump(JEQ_K, arch::NR_FCNTL, 0, 4),
+        statement(LD_W_ABS, OFFSET_ARG1),
+        jump(JEQ_K, F_SETLEASE, 0, 1),
+        refuse,
+        allow,
+    ]);
     // socketpair: a datagram pair refused (its sendto names any socket by path).
     program.extend([
         jump(JEQ_K, arch::NR_SOCKETPAIR, 0, 4),
@@ -103,7 +174,7 @@ fn filter(network: bool) -> Vec<libc::sock_filter> {
         // The number again (the test above changed the accumulator).
         statement(LD_W_ABS, OFFSET_NR),
     ]);
-    if network {
+    if rules.network {
         // socket: AF_UNIX refused, the rest allowed.
         program.extend([
             jump(JEQ_K, arch::NR_SOCKET, 0, 3),
@@ -135,7 +206,9 @@ mod tests {
     #[test]
     fn jumps_stay_inside_the_program() {
         for network in [false, true] {
-            check(&filter(network));
+            for confined_reads in [false, true] {
+                check(&filter(Rules { network, confined_reads }));
+            }
         }
     }
 

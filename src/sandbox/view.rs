@@ -1,8 +1,11 @@
 //! The read-only view of the filesystem, built in the trampoline's new mount
-//! namespace: every mount becomes read-only (which stops chmod, chown, utime
-//! and xattr changes as well as writes), and each writable root is a copy of
-//! itself as it was, attached on top. A hard link or rename between a
-//! writable root and the rest crosses mounts, so the kernel refuses it.
+//! namespace: every mount becomes private (a mount the host makes later never
+//! arrives, with its own flags, inside) and read-only (which stops chmod,
+//! chown, utime and xattr changes as well as writes), `/dev/ptmx` opens
+//! `/dev/null` (no pseudo-terminal is allocated on the host), and each
+//! writable root is a copy of itself as it was, attached on top. A hard link
+//! or rename between a writable root and the rest crosses mounts, so the
+//! kernel refuses it.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
@@ -38,14 +41,15 @@ pub(crate) fn build(roots: &Roots, cwd: &Path) -> Result<(), String> {
             std::ptr::null(),
             c"/".as_ptr(),
             std::ptr::null(),
-            libc::MS_REC | libc::MS_SLAVE,
+            libc::MS_REC | libc::MS_PRIVATE,
             std::ptr::null(),
         )
     };
     check(
         rc.into(),
-        "cannot make the sandbox's mounts slaves of the host's (they receive, never send)",
+        "cannot make the sandbox's mounts private (the host's later mounts must not arrive)",
     )?;
+    mask_pty_allocation()?;
     let mut copies = Vec::new();
     for root in writable {
         copies.push((root, open_tree(&root.dir, &root.path)?));
@@ -86,6 +90,35 @@ pub(crate) fn build(roots: &Roots, cwd: &Path) -> Result<(), String> {
     )?;
     if sys::stat_cwd()? != before {
         return Err(format!("cwd {} changed while the sandbox was built", cwd.display()));
+    }
+    Ok(())
+}
+
+/// The multiplexers that allocate pseudo-terminals on the host's devpts,
+/// each covered by `/dev/null` (made read-only with the rest).
+const PTY_MULTIPLEXERS: [&std::ffi::CStr; 2] = [c"/dev/ptmx", c"/dev/pts/ptmx"];
+
+fn mask_pty_allocation() -> Result<(), String> {
+    for target in PTY_MULTIPLEXERS {
+        // SAFETY: lstat into a zeroed stat of a NUL-terminated path.
+        let exists = unsafe {
+            let mut stat: libc::stat = std::mem::zeroed();
+            libc::lstat(target.as_ptr(), &mut stat) == 0
+        };
+        if !exists {
+            continue;
+        }
+        // SAFETY: constant, NUL-terminated paths; a bind mount in this namespace.
+        let rc = unsafe {
+            libc::mount(
+                c"/dev/null".as_ptr(),
+                target.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            )
+        };
+        check(rc.into(), &format!("cannot cover {} with /dev/null", target.to_string_lossy()))?;
     }
     Ok(())
 }

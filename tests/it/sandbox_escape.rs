@@ -69,6 +69,24 @@ const PROBES: &[(&str, &str)] = &[
     ("proc-cmdline", r#"cat "/proc/$VICTIM/cmdline" | grep -q sleep"#),
     ("proc-mem", r#"python3 -c 'import os; open("/proc/%s/mem" % os.environ["VICTIM"], "rb")'"#),
     ("remount", r#"unshare -Urm sh -c 'mount -o remount,bind,rw / && echo x > "$D/file"'"#),
+    // The host's /dev/null through the descriptor the server opened: its times
+    // set to now (harmless), and (as root) its mode set to what it is.
+    ("devnull-utime", r#"python3 -c 'import os; os.utime(0)'"#),
+    ("devnull-fchmod", r#"python3 -c 'import os; os.fchmod(0, os.fstat(0).st_mode & 0o7777)'"#),
+    // A nested user, mount and cgroup namespace, then a fresh cgroup2 mount.
+    (
+        "userns-cgroup-mount",
+        r#"python3 -c 'import ctypes; c = ctypes.CDLL(None); assert c.unshare(0x12020000) == 0; assert c.syscall(430, b"cgroup2", 0) >= 0'"#,
+    ),
+    (
+        "lease",
+        r#"python3 -c 'import fcntl, os; fcntl.fcntl(os.open(os.environ["D"] + "/file", os.O_RDONLY), fcntl.F_SETLEASE, fcntl.F_RDLCK)'"#,
+    ),
+    // A pseudo-terminal allocated on the host's devpts (not /dev/null's device).
+    (
+        "ptmx",
+        r#"python3 -c 'import os; assert os.major(os.fstat(os.open("/dev/ptmx", os.O_RDONLY)).st_rdev) != 1'"#,
+    ),
     ("drop-caches", r#"echo 1 > /proc/sys/vm/drop_caches"#),
 ];
 
@@ -299,6 +317,8 @@ async fn without_a_sandbox_the_probes_escape() {
             PROBES.iter().map(|(name, _)| name.to_string()).collect();
         if user == User::Nobody {
             expected.remove("drop-caches");
+            // Root's /dev/null: nobody may not change its mode.
+            expected.remove("devnull-fchmod");
         }
         if targets.tcp6.is_none() {
             expected.remove("tcp6");
@@ -377,8 +397,10 @@ async fn readable_roots_confine_reads() {
     std::fs::create_dir(&readable).unwrap();
     std::fs::write(readable.join("r"), "readable\n").unwrap();
     let mut server = User::Current.ready(&[], &[]).await;
+    // An inotify watch on a directory outside would name every file made there.
+    let watch = r#"python3 -c 'import ctypes; c = ctypes.CDLL(None); assert c.inotify_add_watch(c.inotify_init(), b"/etc", 0x100) >= 0' 2>/dev/null || echo held-inotify"#;
     let script = format!(
-        "cat {0}/r; cat {1}/file 2>/dev/null || echo held-file; ls /etc >/dev/null 2>&1 || echo held-etc; echo w > w; cat w",
+        "cat {0}/r; cat {1}/file 2>/dev/null || echo held-file; ls /etc >/dev/null 2>&1 || echo held-etc; {watch}; echo w > w; cat w",
         readable.display(),
         tree.out()
     );
@@ -386,7 +408,7 @@ async fn readable_roots_confine_reads() {
     let (output, code) =
         run(&mut server, sandboxed("r", &["sh", "-c", &script], tree.w(), json!({}), sandbox))
             .await;
-    assert_eq!((output.as_str(), code), ("readable\nheld-file\nheld-etc\nw\n", 0));
+    assert_eq!((output.as_str(), code), ("readable\nheld-file\nheld-etc\nheld-inotify\nw\n", 0));
 }
 
 #[tokio::test]
@@ -554,4 +576,92 @@ async fn the_server_binary_run_inside_cannot_write_outside() {
         assert!(!target.exists());
         assert_eq!(std::fs::read_to_string(tree.out.join("file")).unwrap(), "outside");
     }
+}
+
+/// The process's own terminal, opened by the server on the host's devpts, is
+/// opened again in the view: its metadata cannot be changed through fds 0-2.
+#[tokio::test]
+async fn a_sandboxed_terminal_is_read_only_through_its_descriptors() {
+    for user in User::all() {
+        let tree = Tree::new("tty-meta", user);
+        user.own(&tree.base);
+        let mut server = user.ready(&[], &[]).await;
+        let script = r#"python3 -c '
+import os
+for fd in (0, 1, 2):
+    try:
+        os.utime(fd)
+        print(f"fd {fd}: escaped")
+    except OSError:
+        print(f"fd {fd}: held")
+'"#;
+        let sandbox = json!({"mode": "restricted", "writableRoots": [tree.w()]});
+        let mut params = sandboxed("t", &["sh", "-c", script], tree.w(), json!({}), sandbox);
+        params["tty"] = json!(true);
+        let (output, code) = run(&mut server, params).await;
+        assert_eq!(code, 0, "{user:?}: {output}");
+        assert_eq!(output.replace('\r', ""), "fd 0: held\nfd 1: held\nfd 2: held\n", "{user:?}");
+    }
+}
+
+/// On a host whose `/` propagates mounts (systemd's default), a mount made
+/// after the start never reaches the sandbox with its own flags.
+#[tokio::test]
+async fn a_mount_made_after_the_start_stays_out_of_the_sandbox() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(std::env::var_os("CI").is_none(), "CI must run as root: this test mounts");
+        eprintln!("SKIPPED: not root: cannot mount");
+        return;
+    }
+    let tree = Tree::new("late-mount", User::Current);
+    let late = tree.base.join("late");
+    std::fs::create_dir(&late).unwrap();
+    // The server in a mount namespace of its own whose / is shared, as on systemd hosts.
+    let mut command = tokio::process::Command::new("unshare");
+    command.args(["-m", "--propagation", "shared", "--", BIN]);
+    let mut server = crate::binary::Binary::from_command(command);
+    server.result("initialize", json!({"clientName": "late"})).await;
+    server.send_line(r#"{"method":"initialized"}"#).await;
+    let namespace = server.child.id().unwrap().to_string();
+    let script = format!(
+        r#"read go; chmod 4777 {late}/target 2>/dev/null && echo chmod-escaped || echo chmod-held; touch {late}/made 2>/dev/null && echo touch-escaped || echo touch-held"#,
+        late = late.display()
+    );
+    let sandbox = json!({"mode": "restricted", "writableRoots": [tree.w()]});
+    let mut params = sandboxed("late", &["sh", "-c", &script], tree.w(), json!({}), sandbox);
+    params["pipeStdin"] = json!(true);
+    server.result("process/start", params).await;
+    // Now, with the program running, a mount arrives in the server's namespace.
+    let mounted = std::process::Command::new("nsenter")
+        .args(["-t", &namespace, "-m", "--", "sh", "-c"])
+        .arg(format!(
+            "mount -t tmpfs late {late} && touch {late}/target && chmod 644 {late}/target",
+            late = late.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    server
+        .result(
+            "process/write",
+            json!({"processId": "late", "chunk": crate::support::b64(b"go\n"), "closeStdin": true}),
+        )
+        .await;
+    let mut output = Vec::new();
+    loop {
+        let message = server.next().await.unwrap();
+        match message["method"].as_str() {
+            Some("process/output") => output.extend(unb64(&message["params"]["chunk"])),
+            Some("process/closed") => break,
+            _ => {}
+        }
+    }
+    assert_eq!(String::from_utf8_lossy(&output), "chmod-held\ntouch-held\n");
+    let mode = std::process::Command::new("nsenter")
+        .args(["-t", &namespace, "-m", "--", "stat", "-c", "%a"])
+        .arg(late.join("target"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&mode.stdout), "644\n");
 }
