@@ -26,6 +26,7 @@ pub use self::watching::Watch;
 use crate::dialect::{requests, Dialect};
 use crate::error::Error;
 use crate::protocol::*;
+#[cfg(feature = "server")]
 use crate::server::{self, Config};
 use crate::transport;
 
@@ -69,6 +70,8 @@ impl Default for ClientOptions {
 /// the last clone (and the last [`Process`] handle) is dropped, or on [`Client::close`].
 ///
 /// ```
+/// # #[cfg(not(feature = "server"))] fn main() {} // Client::in_process needs the server half.
+/// # #[cfg(feature = "server")]
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), exec_server::Error> {
 /// use exec_server::server::Config;
@@ -190,6 +193,8 @@ impl Client {
 
     /// A server running inside this process (`server::run` on a duplex pipe),
     /// owned by the client: dropping the client stops it and kills its processes.
+    /// (Feature `server`.)
+    #[cfg(feature = "server")]
     pub async fn in_process(config: Config) -> Result<Client, Error> {
         let (client_side, server_side) = tokio::io::duplex(1 << 20);
         let (server_read, server_write) = tokio::io::split(server_side);

@@ -8,14 +8,20 @@
 //! events in its output's sequence ([`Numbering::Counter`]). The rule is
 //! written in PROTOCOL.md, "Dialects".
 
+#[cfg(feature = "server")]
 mod contexts;
+#[cfg(feature = "server")]
 mod env;
+#[cfg(feature = "server")]
 pub(crate) mod inbound;
+#[cfg(feature = "server")]
 mod info;
+#[cfg(feature = "server")]
 pub(crate) mod outbound;
 pub(crate) mod requests;
 pub(crate) mod uri;
 
+#[cfg(feature = "server")]
 pub(crate) use self::info::environment_info;
 
 /// Which dialect a request, a connection or a [`crate::Client`] speaks.
@@ -36,9 +42,11 @@ pub(crate) enum Numbering {
     Output,
     /// Today's dialect: one counter for output, exit and close alike (output
     /// ends at n, exited is n+1, closed n+2, and `nextSeq` counts them).
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
     Counter,
 }
 
+#[cfg(feature = "server")]
 impl Numbering {
     /// The seq of the exit or close event of a process whose log is `log`:
     /// the last output's under Part B, a seq of its own under today's counter.

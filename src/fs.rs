@@ -15,7 +15,6 @@ mod error;
 mod handles;
 mod kind;
 mod mounts;
-pub(crate) mod names;
 mod open;
 mod read;
 mod roots;
@@ -43,8 +42,7 @@ use crate::protocol::{
     ReadDirectoryResult, RemoveParams, RenameParams,
 };
 
-/// Largest read `fs/readFile` returns: 512 MiB.
-pub const READ_LIMIT: u64 = 512 * 1024 * 1024;
+pub(crate) use crate::protocol::READ_LIMIT;
 
 type FsResult<T> = Result<T, ErrorObject>;
 
@@ -145,7 +143,7 @@ pub(crate) fn read_directory(roots: &Roots, params: PathParams) -> FsResult<Read
                 file_name: String::from_utf8_lossy(bytes).into_owned(),
                 is_directory: file_type == libc::S_IFDIR,
                 is_file: file_type == libc::S_IFREG,
-                file_name_base64: names::base64_if_not_utf8(bytes),
+                file_name_base64: crate::protocol::names::base64_if_not_utf8(bytes),
             },
         ));
     }

@@ -1,9 +1,9 @@
 //! The launcher: spawns a server command, connects a [`Client`], and owns the server's lifetime.
 
+mod os;
 mod ssh;
 
 use std::io;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::process::Stdio;
@@ -306,25 +306,10 @@ impl Started {
             .envs(command.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
+            .stderr(Stdio::piped());
+        os::own_group(&mut std_command);
         if let Some(cwd) = &command.cwd {
             std_command.current_dir(cwd);
-        }
-        let parent = std::process::id();
-        // SAFETY: only async-signal-safe calls (prctl, getppid) run in the child,
-        // and its errors come from raw errno values (no allocation).
-        unsafe {
-            std_command.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
-                    return Err(io::Error::last_os_error());
-                }
-                // The launching process died before prctl: no signal would come.
-                if libc::getppid() as u32 != parent {
-                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
-                }
-                Ok(())
-            });
         }
         let program = command.program.display().to_string();
         let mut child = tokio::process::Command::from(std_command)
@@ -362,8 +347,7 @@ impl Started {
 
     /// Kills and reaps the server after a failed start, and returns `error`.
     async fn abandon(mut self, error: Error) -> Error {
-        // SAFETY: killpg has no memory-safety preconditions; the group is the server's own.
-        unsafe { libc::killpg(self.pid as libc::pid_t, libc::SIGKILL) };
+        os::signal_group(self.pid, os::Ending::Kill);
         let _ = self.child.start_kill();
         let _ = self.child.wait().await;
         self.stderr.abort();
@@ -456,7 +440,11 @@ impl Drop for Launcher {
             Ok(runtime) => drop(runtime.spawn(reap)),
             Err(_) => match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(runtime) => runtime.block_on(reap),
-                Err(_) => signal_group(pid, libc::SIGKILL),
+                // Without groups (Windows), dropping `reap` drops the child,
+                // whose kill_on_drop ends it.
+                Err(_) => {
+                    os::signal_group(pid, os::Ending::Kill);
+                }
             },
         }
     }
@@ -481,18 +469,16 @@ async fn end(
             return Ok(Shutdown::Exited(status?));
         }
     }
-    signal_group(pid, libc::SIGTERM);
-    if let Ok(status) = tokio::time::timeout(grace, child.wait()).await {
-        return Ok(Shutdown::Terminated(status?));
+    // Without process groups (Windows) there is no graceful signal: kill at once.
+    if os::signal_group(pid, os::Ending::Terminate) {
+        if let Ok(status) = tokio::time::timeout(grace, child.wait()).await {
+            return Ok(Shutdown::Terminated(status?));
+        }
     }
-    signal_group(pid, libc::SIGKILL);
+    if !os::signal_group(pid, os::Ending::Kill) {
+        child.start_kill()?;
+    }
     Ok(Shutdown::Killed(child.wait().await?))
-}
-
-fn signal_group(pid: u32, signal: libc::c_int) {
-    // SAFETY: killpg has no memory-safety preconditions; the group is the server's own
-    // (it is unreaped until the reaper's wait returns).
-    unsafe { libc::killpg(pid as libc::pid_t, signal) };
 }
 
 /// The server's stdin, closable from `Drop` while the client's writer task holds it.

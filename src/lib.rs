@@ -36,24 +36,38 @@
 
 #![warn(missing_docs)]
 
-mod bridge;
-mod cli;
+// The client half: every platform.
 mod client;
 mod dialect;
 mod error;
 mod executor;
 mod filesystem;
-mod fs;
-mod host;
 mod launcher;
-mod listen;
-mod process;
 pub mod protocol;
-mod sandbox;
-pub mod server;
-mod sessions;
-mod stdio;
 mod transport;
+
+// The server half (feature `server`, Linux only).
+#[cfg(feature = "server")]
+mod bridge;
+#[cfg(feature = "server")]
+mod cli;
+#[cfg(feature = "server")]
+mod fs;
+#[cfg(feature = "server")]
+mod host;
+#[cfg(feature = "server")]
+mod listen;
+#[cfg(feature = "server")]
+mod process;
+#[cfg(feature = "server")]
+mod sandbox;
+#[cfg(feature = "server")]
+pub mod server;
+#[cfg(feature = "server")]
+mod sessions;
+#[cfg(feature = "server")]
+mod stdio;
+#[cfg(feature = "server")]
 mod watch;
 
 pub use crate::client::{
@@ -61,11 +75,16 @@ pub use crate::client::{
 };
 pub use crate::dialect::Dialect;
 pub use crate::error::Error;
-pub use crate::executor::{Executor, LocalExecutor, RemoteExecutor};
-pub use crate::filesystem::{FileSystem, LocalFileSystem, RemoteFileSystem};
+#[cfg(feature = "server")]
+pub use crate::executor::LocalExecutor;
+pub use crate::executor::{Executor, RemoteExecutor};
+#[cfg(feature = "server")]
+pub use crate::filesystem::LocalFileSystem;
+pub use crate::filesystem::{FileSystem, RemoteFileSystem};
 pub use crate::launcher::{LaunchCommand, Launcher, Shutdown, SshCommand};
 pub use crate::protocol::{Sandbox, SandboxMode, SandboxType, StartParams, TtySize};
 
+#[cfg(feature = "server")]
 /// Lets this program serve as its own sandbox helper: call it first thing in
 /// `main`. When the program was started as a sandbox trampoline (by a server
 /// embedded in it, whose [`server::Config::sandbox_helper`] is left `None`),
@@ -79,6 +98,7 @@ pub fn run_sandbox_helper_if_requested() {
 /// this program as a server.
 pub(crate) const SERVE_ARG: &str = "--exec-server-serve";
 
+#[cfg(feature = "server")]
 /// Lets this program serve as its own `exec-server`: call it first thing in
 /// `main`, before any runtime or thread starts. When the program was started
 /// by [`LaunchCommand::this_program`], this runs the server (with the flags
@@ -96,6 +116,7 @@ pub fn serve_if_requested() {
 }
 
 /// The `exec-server` binary's `main`: flags, logging, signals, and the server.
+#[cfg(feature = "server")]
 #[doc(hidden)]
 pub fn run_binary() -> std::process::ExitCode {
     cli::main()

@@ -4,6 +4,7 @@ mod b64;
 mod build;
 mod fs_types;
 mod methods;
+pub(crate) mod names;
 mod strict;
 mod today_types;
 
@@ -14,7 +15,8 @@ use serde_json::Value;
 
 pub use methods::*;
 
-pub use crate::fs::READ_LIMIT;
+/// Largest read `fs/readFile` returns: 512 MiB.
+pub const READ_LIMIT: u64 = 512 * 1024 * 1024;
 
 /// The protocol version this server speaks (`initialize` result).
 pub const PROTOCOL_VERSION: &str = "exec-server.v0";
@@ -281,6 +283,7 @@ struct Wire<'a> {
 }
 
 /// Encodes the response to `id` straight from a typed result, without a `Value`.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 pub(crate) fn encode_response<T: Serialize>(
     id: &RequestId,
     result: &Result<T, ErrorObject>,
@@ -408,6 +411,7 @@ pub(crate) fn encode_notification<N: NotificationMethod>(
 /// Encodes a `process/output` notification by hand: the hot path of the server.
 /// The base64 alphabet needs no JSON escaping, so the chunk is encoded straight
 /// into the line; the result is the same text [`encode_notification`] makes.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 pub(crate) fn encode_output(process_id: &str, seq: u64, stream: Stream, bytes: &[u8]) -> String {
     let stream = match stream {
         Stream::Stdout => "stdout",
@@ -423,12 +427,14 @@ pub(crate) fn encode_output(process_id: &str, seq: u64, stream: Stream, bytes: &
 
 /// Encodes the `fs/readFile` result by hand, the data straight into the line;
 /// the same text [`encode_response`] makes.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 pub(crate) fn encode_read_file(id: &RequestId, data: &[u8]) -> String {
     let id = serde_json::to_string(id).expect("an id always serializes");
     line_with_base64(&format!(r#"{{"id":{id},"result":{{"dataBase64":""#), data, r#""}}"#)
 }
 
 /// `head`, the base64 of `bytes` encoded straight into the line, then `tail`.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 fn line_with_base64(head: &str, bytes: &[u8], tail: &str) -> String {
     let mut line = Vec::with_capacity(head.len() + bytes.len().div_ceil(3) * 4 + tail.len());
     line.extend_from_slice(head.as_bytes());

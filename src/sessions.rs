@@ -197,38 +197,7 @@ impl<L> Drop for Registration<L> {
     }
 }
 
-/// A random session id in the form of a version 4 UUID.
-pub(crate) fn new_id() -> String {
-    let mut bytes = [0u8; 16];
-    let mut filled = 0;
-    while filled < bytes.len() {
-        // SAFETY: getrandom writes at most the given length into the buffer.
-        let got = unsafe {
-            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
-        };
-        if got < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-            continue;
-        }
-        if got <= 0 {
-            // No entropy source (cannot happen on Linux ≥ 3.17): fall back on
-            // std's randomly keyed hasher, which still differs per process.
-            let fallback = std::hash::BuildHasher::hash_one(
-                &std::collections::hash_map::RandomState::new(),
-                std::time::SystemTime::now(),
-            );
-            bytes[filled..]
-                .iter_mut()
-                .zip(fallback.to_le_bytes().iter().cycle())
-                .for_each(|(byte, random)| *byte = *random);
-            break;
-        }
-        filled += got as usize;
-    }
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
-}
+pub(crate) use crate::transport::new_id;
 
 #[cfg(test)]
 mod tests {

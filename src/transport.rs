@@ -11,6 +11,7 @@ use crate::protocol::Message;
 /// One unit for the server loop: a decoded message (parsing happens in the
 /// reader task, off the loop) or a line that was too long.
 #[derive(Debug)]
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 pub(crate) enum Incoming {
     /// A line (or WebSocket frame) decoded into a message, and its length in bytes.
     Message(Message, usize),
@@ -20,6 +21,7 @@ pub(crate) enum Incoming {
     TooLong { limit: usize },
 }
 
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 impl Incoming {
     /// Decodes one line or frame; `context` prefixes a parse error's detail
     /// (the wording differs between stdio and WebSocket).
@@ -37,9 +39,11 @@ pub(crate) const INPUT_BUFFER: usize = 256 << 10;
 
 /// The largest line buffer kept for the next line: room for an 8 MiB file as
 /// base64 (the size clients send files in), not for every outlier.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 const KEPT_LINE: usize = 16 << 20;
 
 /// The stdio wording of a parse error, before the detail.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 pub(crate) const LINE_ERROR: &str = "failed to parse JSON-RPC message: ";
 
 /// Reads the next non-blank line into `line` (its capacity is reused): `Some(true)`
@@ -95,6 +99,7 @@ pub(crate) async fn read_line_into<R: AsyncBufRead + Unpin>(
 /// Spawns the task that owns `reader`, decodes each line and feeds the
 /// messages into a bounded channel. The channel closes at end of input; a read
 /// error is logged and ends it too.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 pub(crate) fn spawn_reader<R>(
     mut reader: R,
     limit: usize,
@@ -146,6 +151,7 @@ where
 /// that EOF still kills a connection's processes (`--on-eof kill`) while the
 /// line in hand waits. Lines still buffered end the look (the EOF is then
 /// seen when they have been taken); nothing is consumed.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 async fn reserve_watching_end<'a, R: AsyncBufRead + Unpin>(
     tx: &'a mpsc::Sender<Incoming>,
     reader: &mut R,
@@ -174,6 +180,7 @@ async fn reserve_watching_end<'a, R: AsyncBufRead + Unpin>(
 /// messages does not keep the memory of its largest.
 /// One over [`KEPT_LINE`] is let go at once.
 /// The run is over then, so the heap's free memory goes back to the system too.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 fn release_if_idle(line: &mut Vec<u8>) {
     let capacity = line.capacity();
     if capacity > KEPT_LINE || (capacity > INPUT_BUFFER && line.len() < capacity / 8) {
@@ -184,6 +191,7 @@ fn release_if_idle(line: &mut Vec<u8>) {
 
 /// Returns the heap's free memory to the system (glibc keeps up to 32 MiB of
 /// it for reuse in the binary, see `cli`); a no-op elsewhere.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 fn give_back_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only gives free pages back; it touches no live allocation.
@@ -217,6 +225,53 @@ where
 async fn write_line<W: AsyncWrite + Unpin>(writer: &mut W, line: &str) -> io::Result<()> {
     writer.write_all(line.as_bytes()).await?;
     writer.write_all(b"\n").await
+}
+
+/// A random session id in the form of a version 4 UUID.
+pub(crate) fn new_id() -> String {
+    let mut bytes = [0u8; 16];
+    let mut filled = 0;
+    // getrandom(2) on Linux; elsewhere (the client half on macOS or
+    // Windows) std's randomly keyed hasher below.
+    #[cfg(not(target_os = "linux"))]
+    let filled_by_os = false;
+    #[cfg(target_os = "linux")]
+    let filled_by_os = true;
+    while filled < bytes.len() {
+        let got = if filled_by_os { getrandom(&mut bytes[filled..]) } else { 0 };
+        if got < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        if got <= 0 {
+            // No entropy source (cannot happen on Linux ≥ 3.17): fall back on
+            // std's randomly keyed hasher, which still differs per process.
+            let fallback = std::hash::BuildHasher::hash_one(
+                &std::collections::hash_map::RandomState::new(),
+                std::time::SystemTime::now(),
+            );
+            bytes[filled..]
+                .iter_mut()
+                .zip(fallback.to_le_bytes().iter().cycle())
+                .for_each(|(byte, random)| *byte = *random);
+            break;
+        }
+        filled += got as usize;
+    }
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+}
+
+#[cfg(target_os = "linux")]
+fn getrandom(bytes: &mut [u8]) -> isize {
+    // SAFETY: getrandom writes at most the given length into the buffer.
+    unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn getrandom(_bytes: &mut [u8]) -> isize {
+    0
 }
 
 #[cfg(test)]

@@ -38,6 +38,8 @@ pub struct ExitStatus {
 /// [`Process::kill_on_drop`] was set.
 ///
 /// ```
+/// # #[cfg(not(feature = "server"))] fn main() {} // Client::in_process needs the server half.
+/// # #[cfg(feature = "server")]
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), exec_server::Error> {
 /// use exec_server::server::Config;

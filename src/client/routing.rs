@@ -90,7 +90,7 @@ impl Default for Shared {
             watches: Mutex::default(),
             sends_closed: AtomicBool::new(true),
             next_id: AtomicI64::new(2),
-            write_prefix: crate::sessions::new_id(),
+            write_prefix: crate::transport::new_id(),
             next_write: AtomicU64::new(1),
             lost: Mutex::new(None),
             ending: AtomicBool::new(false),

@@ -2,8 +2,6 @@
 //! today's client writes them (every path a file URI), for a [`crate::Client`]
 //! whose [`crate::ClientOptions::dialect`] is [`Dialect::Today`].
 
-use std::ffi::OsString;
-use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 
 use serde_json::Value;
@@ -26,7 +24,7 @@ pub(crate) fn request_line(dialect: Dialect, line: String) -> String {
         let path = match (params.get(key), params.get(&twin)) {
             (Some(Value::String(text)), _) if text.starts_with('/') => Some(PathBuf::from(text)),
             (_, Some(Value::String(text))) => {
-                Base64::decode(text).ok().map(|bytes| PathBuf::from(OsString::from_vec(bytes.0)))
+                Base64::decode(text).ok().map(|bytes| crate::protocol::names::from_bytes(bytes.0))
             }
             _ => None,
         };

@@ -5,20 +5,23 @@
 //! query, a fragment or another host is refused. Encoding escapes every
 //! byte but the unreserved ones, `/` and a few safe punctuation marks.
 
-use std::ffi::OsString;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::path::PathBuf;
+
+use crate::protocol::names;
 
 /// The params that hold a path (each but `cwd` with a base64 twin, `pathBase64`),
 /// written as file URIs in today's dialect.
 pub(crate) const PATH_KEYS: [&str; 4] = ["path", "sourcePath", "destinationPath", "cwd"];
 
 /// Whether `text` is written as a file URI (and must decode as one).
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 pub(crate) fn is_uri(text: &str) -> bool {
     text.get(..5).is_some_and(|scheme| scheme.eq_ignore_ascii_case("file:"))
 }
 
 /// The path a `file:` URI names.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 pub(crate) fn to_path(uri: &str) -> Result<PathBuf, String> {
     let rest = uri
         .get(5..)
@@ -59,9 +62,10 @@ pub(crate) fn to_path(uri: &str) -> Result<PathBuf, String> {
             Some(value) => bytes.push(value),
         }
     }
-    Ok(PathBuf::from(OsString::from_vec(bytes)))
+    Ok(names::from_bytes(bytes))
 }
 
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 fn hex_value(digit: u8) -> Option<u8> {
     (digit as char).to_digit(16).map(|value| value as u8)
 }
@@ -69,7 +73,7 @@ fn hex_value(digit: u8) -> Option<u8> {
 /// The `file:` URI of an absolute path.
 pub(crate) fn from_path(path: &Path) -> String {
     let mut uri = String::from("file://");
-    for &byte in path.as_os_str().as_bytes() {
+    for &byte in names::to_bytes(path).iter() {
         if byte.is_ascii_alphanumeric() || b"/-._~!$&'()*+,;=:@".contains(&byte) {
             uri.push(byte as char);
         } else {
@@ -88,7 +92,7 @@ mod tests {
         assert_eq!(to_path("file:///tmp/a%20b"), Ok(PathBuf::from("/tmp/a b")));
         assert_eq!(to_path("file://localhost/etc"), Ok(PathBuf::from("/etc")));
         assert_eq!(to_path("FILE:///x"), Ok(PathBuf::from("/x")));
-        let odd = PathBuf::from(OsString::from_vec(b"/t/\xff x%".to_vec()));
+        let odd = names::from_bytes(b"/t/\xff x%".to_vec());
         assert_eq!(from_path(&odd), "file:///t/%FF%20x%25");
         assert_eq!(to_path(&from_path(&odd)), Ok(odd));
         assert_eq!(from_path(Path::new("/a/b.txt")), "file:///a/b.txt");

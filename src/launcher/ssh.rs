@@ -204,7 +204,7 @@ where
             tracing::debug!(%line, "ignoring a line before the server started");
             continue;
         };
-        let local = local_uname();
+        let local = super::os::local_uname();
         if remote.trim() != local {
             return Err(Error::Protocol(format!(
                 "exec-server is not installed on the remote, which is `{remote}`; this machine is `{local}`, so its binary cannot be installed there"
@@ -247,21 +247,6 @@ pub(super) async fn read_line<R: AsyncRead + Unpin>(reader: &mut R) -> Result<St
     }
 }
 
-/// This machine as `uname -sm` prints it, such as `Linux x86_64`.
-fn local_uname() -> String {
-    // SAFETY: utsname is plain data; uname fills it in.
-    let mut name: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: uname writes only to `name`.
-    if unsafe { libc::uname(&mut name) } != 0 {
-        return String::new();
-    }
-    let field = |chars: &[libc::c_char]| {
-        let bytes: Vec<u8> = chars.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
-        String::from_utf8_lossy(&bytes).into_owned()
-    };
-    format!("{} {}", field(&name.sysname), field(&name.machine))
-}
-
 /// Quotes `word` for a POSIX shell.
 fn quote(word: &str) -> String {
     format!("'{}'", word.replace('\'', "'\\''"))
@@ -293,7 +278,7 @@ mod tests {
 
     #[test]
     fn uname_looks_like_uname() {
-        let uname = local_uname();
+        let uname = crate::launcher::os::local_uname();
         assert!(uname.starts_with("Linux "), "{uname}");
     }
 }

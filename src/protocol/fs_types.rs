@@ -12,7 +12,7 @@ use super::Base64;
 #[non_exhaustive]
 pub struct PathParams {
     /// Absolute path (or `pathBase64`, its raw bytes, for a name that is not UTF-8).
-    #[serde(flatten, with = "crate::fs::names::path")]
+    #[serde(flatten, with = "crate::protocol::names::path")]
     pub path: PathBuf,
     /// fs/getMetadata: follow a final symlink (Part B; default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -25,7 +25,7 @@ pub struct PathParams {
 #[non_exhaustive]
 pub struct ReadFileParams {
     /// Absolute path (or `pathBase64`, its raw bytes, for a name that is not UTF-8).
-    #[serde(flatten, with = "crate::fs::names::path")]
+    #[serde(flatten, with = "crate::protocol::names::path")]
     pub path: PathBuf,
     /// First byte to read (Part B; default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -53,7 +53,7 @@ pub struct ReadFileResult {
 #[non_exhaustive]
 pub struct WriteFileParams {
     /// Absolute path (or `pathBase64`, its raw bytes, for a name that is not UTF-8).
-    #[serde(flatten, with = "crate::fs::names::path")]
+    #[serde(flatten, with = "crate::protocol::names::path")]
     pub path: PathBuf,
     /// The bytes, base64 (decoded by the handler for its exact error message).
     pub data_base64: String,
@@ -70,7 +70,7 @@ pub struct WriteFileParams {
 #[non_exhaustive]
 pub struct CreateDirectoryParams {
     /// Absolute path (or `pathBase64`, its raw bytes, for a name that is not UTF-8).
-    #[serde(flatten, with = "crate::fs::names::path")]
+    #[serde(flatten, with = "crate::protocol::names::path")]
     pub path: PathBuf,
     /// Create missing parents (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -131,7 +131,7 @@ pub struct DirectoryEntry {
 #[non_exhaustive]
 pub struct RemoveParams {
     /// Absolute path (or `pathBase64`, its raw bytes, for a name that is not UTF-8).
-    #[serde(flatten, with = "crate::fs::names::path")]
+    #[serde(flatten, with = "crate::protocol::names::path")]
     pub path: PathBuf,
     /// Remove directories with their contents (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -150,10 +150,10 @@ pub struct RemoveParams {
 #[non_exhaustive]
 pub struct CopyParams {
     /// What to copy. (Or `sourcePathBase64`, its raw bytes.)
-    #[serde(flatten, with = "crate::fs::names::source_path")]
+    #[serde(flatten, with = "crate::protocol::names::source_path")]
     pub source_path: PathBuf,
     /// Where to. (Or `destinationPathBase64`, its raw bytes.)
-    #[serde(flatten, with = "crate::fs::names::destination_path")]
+    #[serde(flatten, with = "crate::protocol::names::destination_path")]
     pub destination_path: PathBuf,
     /// Required true for directories.
     #[serde(default)]
@@ -166,10 +166,10 @@ pub struct CopyParams {
 #[non_exhaustive]
 pub struct RenameParams {
     /// What to rename. (Or `sourcePathBase64`, its raw bytes.)
-    #[serde(flatten, with = "crate::fs::names::source_path")]
+    #[serde(flatten, with = "crate::protocol::names::source_path")]
     pub source_path: PathBuf,
     /// The new path. (Or `destinationPathBase64`, its raw bytes.)
-    #[serde(flatten, with = "crate::fs::names::destination_path")]
+    #[serde(flatten, with = "crate::protocol::names::destination_path")]
     pub destination_path: PathBuf,
 }
 
@@ -179,7 +179,7 @@ pub struct RenameParams {
 #[non_exhaustive]
 pub struct WatchParams {
     /// The directory (or file) to watch (or `pathBase64`).
-    #[serde(flatten, with = "crate::fs::names::path")]
+    #[serde(flatten, with = "crate::protocol::names::path")]
     pub path: PathBuf,
     /// Watch every directory beneath it too, those created later included.
     #[serde(default)]
@@ -263,10 +263,10 @@ impl WatchParams {
 impl Change {
     /// A change of `path` (lossy in `path`, exact in `pathBase64` when not UTF-8).
     pub fn new(path: &std::path::Path, kind: ChangeKind) -> Change {
-        use std::os::unix::ffi::OsStrExt;
+        let bytes = crate::protocol::names::to_bytes(path);
         Change {
             path: path.to_string_lossy().into_owned(),
-            path_base64: crate::fs::names::base64_if_not_utf8(path.as_os_str().as_bytes()),
+            path_base64: crate::protocol::names::base64_if_not_utf8(&bytes),
             kind,
         }
     }

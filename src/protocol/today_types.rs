@@ -36,7 +36,7 @@ pub struct PathResult {
 #[non_exhaustive]
 pub struct WalkParams {
     /// The directory to walk.
-    #[serde(flatten, with = "crate::fs::names::path")]
+    #[serde(flatten, with = "crate::protocol::names::path")]
     pub path: PathBuf,
     /// Bounds and choices of the walk.
     #[serde(default)]
@@ -118,7 +118,7 @@ pub struct OpenParams {
     /// Client-chosen, at most 32 bytes, unique among the connection's open handles.
     pub handle_id: String,
     /// The file.
-    #[serde(flatten, with = "crate::fs::names::path")]
+    #[serde(flatten, with = "crate::protocol::names::path")]
     pub path: PathBuf,
     /// `read` (default) or `replace`.
     #[serde(default)]

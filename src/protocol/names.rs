@@ -1,12 +1,10 @@
 //! Names that are not UTF-8: the base64 twins of path parameters (`pathBase64`...) and of listed names.
 //!
-//! A path field is written `#[serde(flatten, with = "crate::fs::names::path")]`:
+//! A path field is written `#[serde(flatten, with = "crate::protocol::names::path")]`:
 //! it reads exactly one of `path` (a string) and `pathBase64` (the raw bytes),
 //! and writes `path` when the path is UTF-8, `pathBase64` otherwise.
 
-use std::ffi::OsString;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::protocol::Base64;
 
@@ -15,12 +13,36 @@ pub(crate) fn base64_if_not_utf8(name: &[u8]) -> Option<Base64> {
     std::str::from_utf8(name).is_err().then(|| Base64(name.to_vec()))
 }
 
-fn from_bytes(bytes: Vec<u8>) -> PathBuf {
-    PathBuf::from(OsString::from_vec(bytes))
+/// A path from its raw bytes: exact on Unix; elsewhere (a client on
+/// Windows naming a server's path) lossy where they are not UTF-8.
+pub(crate) fn from_bytes(bytes: Vec<u8>) -> PathBuf {
+    #[cfg(unix)]
+    {
+        PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(bytes))
+    }
+    #[cfg(not(unix))]
+    {
+        PathBuf::from(String::from_utf8_lossy(&bytes).into_owned())
+    }
 }
 
-fn to_base64(path: &std::path::Path) -> Base64 {
-    Base64(path.as_os_str().as_bytes().to_vec())
+/// A path's raw bytes: exact on Unix; elsewhere its UTF-8 form (lossy).
+pub(crate) fn to_bytes(path: &Path) -> std::borrow::Cow<'_, [u8]> {
+    #[cfg(unix)]
+    {
+        std::borrow::Cow::Borrowed(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
+    }
+    #[cfg(not(unix))]
+    {
+        match path.to_string_lossy() {
+            std::borrow::Cow::Borrowed(text) => std::borrow::Cow::Borrowed(text.as_bytes()),
+            std::borrow::Cow::Owned(text) => std::borrow::Cow::Owned(text.into_bytes()),
+        }
+    }
+}
+
+fn to_base64(path: &Path) -> Base64 {
+    Base64(to_bytes(path).into_owned())
 }
 
 macro_rules! twin {
