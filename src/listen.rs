@@ -17,6 +17,7 @@ mod auth;
 mod frames;
 mod handshake;
 mod peer;
+mod pending;
 mod unix;
 
 pub(crate) use self::auth::parse_sha256;
@@ -40,6 +41,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use self::frames::{Event, MessageBudget, Reader};
 use self::handshake::Outcome;
+use self::pending::Pending;
 use crate::fs::Roots;
 use crate::server::{serve_resumable, Channels, Config, OnEof, Sessions};
 pub use crate::sessions::{DEFAULT_MAX_DETACHED_SESSIONS, DEFAULT_SESSION_TTL};
@@ -53,7 +55,7 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 /// Connections whose upgrade is under way at once; a new arrival beyond
 /// evicts the oldest of them (it is never refused).
-pub const MAX_PENDING_HANDSHAKES: usize = 512;
+pub const MAX_PENDING_HANDSHAKES: usize = 4096;
 /// Bytes of incoming messages all connections together may hold at once
 /// (at least one `--max-message-bytes` message always fits).
 pub const MESSAGE_BUDGET: usize = 256 * 1024 * 1024;
@@ -105,8 +107,16 @@ pub async fn listen<S>(listener: TcpListener, options: ListenOptions, shutdown: 
 where
     S: std::future::Future<Output = ()>,
 {
+    // A deep accept queue (the kernel caps it at net.core.somaxconn): a flood
+    // of connections waits there instead of dropping the owner's SYN, whose
+    // retransmission would cost it a second or more.
+    // SAFETY: listen(2) again on a listening socket only changes its backlog.
+    unsafe { libc::listen(listener.as_raw_fd(), ACCEPT_BACKLOG) };
     accept_loop(Socket::Tcp(listener), options, None, shutdown).await
 }
+
+/// The accept queue asked for (the kernel keeps at most `net.core.somaxconn`).
+const ACCEPT_BACKLOG: libc::c_int = 65_535;
 
 /// Serves newline-delimited JSON-RPC on a Unix socket (`--listen unix:PATH`):
 /// sessions as over WebSocket; a peer of another uid is refused. With
@@ -203,7 +213,13 @@ where
                         REFUSALS.log(&format!("{refusal} (peer {peer})"));
                         refuse(stream.as_fd(), handshake::answer(403, &refusal, "").as_bytes());
                     }
-                    Ok(inode) => pending.start(upgrade(stream, peer, inode, shared.clone())),
+                    Ok(inode) => {
+                        let fd = stream.as_raw_fd();
+                        pending.start(fd, upgrade(stream, peer, inode, shared.clone()));
+                        // Let the handshakes run between arrivals: one already
+                        // sent reads its request before a flood can push it out.
+                        tokio::task::yield_now().await;
+                    }
                 },
                 Ok(Accepted::Unix(stream)) => {
                     if *attached.borrow() >= options.max_connections {
@@ -281,35 +297,41 @@ fn admit_peer(
 pub(crate) const SANDBOXED_PEER: &str =
     "connection refused: the peer is a process in one of this server's sandboxes";
 
+/// The refusal of a local peer whose socket no process outside the sandboxes holds.
+const UNHELD_PEER: &str =
+    "connection refused: no process outside this server's sandboxes holds the peer's socket";
+
 /// The refusal of a local peer whose process could not be checked.
 const UNCHECKED_PEER: &str =
     "connection refused: cannot tell whether the peer is a process in one of this server's sandboxes";
 
-/// One connection from accept to upgrade, on the listener's runtime: the
-/// sandbox check (a blocking walk of the server's descendants), then the
-/// handshake, bounded by [`HANDSHAKE_TIMEOUT`]. A connection slot is taken
-/// only for an upgrade; the thread starts after it.
-async fn upgrade(mut stream: TcpStream, peer: SocketAddr, inode: Option<u64>, shared: Shared) {
-    if let Some(inode) = inode {
-        // A small tree is walked here (a thread hop costs more than the walk).
-        let held = match peer::held_by_sandbox(inode, peer::INLINE_WALK) {
-            Ok(None) => {
-                let walk = move || peer::held_by_sandbox(inode, usize::MAX);
-                tokio::task::spawn_blocking(walk).await.unwrap_or_else(|e| Err(io::Error::other(e)))
-            }
-            done => done,
-        };
-        let refusal = match held {
-            Ok(Some(false)) => None,
-            Ok(Some(true) | None) => Some(SANDBOXED_PEER.to_owned()),
-            Err(error) => Some(format!("{UNCHECKED_PEER} ({error})")),
-        };
-        if let Some(refusal) = refusal {
-            REFUSALS.log(&format!("{refusal} (peer {peer})"));
-            refuse(stream.as_fd(), handshake::answer(403, &refusal, "").as_bytes());
-            return;
+/// Whether a process outside the server's sandboxes holds a local peer's
+/// socket (`inode`; `None`: the peer is not local): a short walk on the
+/// listener's loop (a thread hop costs more), a long one on a blocking thread.
+async fn verify_holder(inode: Option<u64>, peer: SocketAddr) -> Result<(), String> {
+    let Some(inode) = inode else { return Ok(()) };
+    let held = match peer::holder(inode, peer::INLINE_WALK) {
+        Ok(None) => {
+            let walk = move || peer::holder(inode, usize::MAX);
+            tokio::task::spawn_blocking(walk).await.unwrap_or_else(|e| Err(io::Error::other(e)))
         }
-    }
+        done => done,
+    };
+    let refusal = match held {
+        Ok(Some(peer::Holder::Outside)) => return Ok(()),
+        Ok(Some(peer::Holder::Sandboxed) | None) => SANDBOXED_PEER.to_owned(),
+        Ok(Some(peer::Holder::Nobody)) => UNHELD_PEER.to_owned(),
+        Err(error) => format!("{UNCHECKED_PEER} ({error})"),
+    };
+    REFUSALS.log(&format!("{refusal} (peer {peer})"));
+    Err(refusal)
+}
+
+/// One connection from accept to upgrade, on the listener's runtime: the
+/// handshake, bounded by [`HANDSHAKE_TIMEOUT`], in which an authenticated
+/// request is checked for who holds its socket ([`verify_holder`]). A
+/// connection slot is taken only for an upgrade; the thread starts after it.
+async fn upgrade(mut stream: TcpStream, peer: SocketAddr, inode: Option<u64>, shared: Shared) {
     let _ = stream.set_nodelay(true);
     let mut slot = None;
     let (attached, max) = (shared.attached.clone(), shared.options.max_connections);
@@ -322,7 +344,8 @@ async fn upgrade(mut stream: TcpStream, peer: SocketAddr, inode: Option<u64>, sh
         true
     };
     let auth = shared.options.auth.clone();
-    let handshake = handshake::handshake(&mut stream, &auth, admit);
+    let verify = verify_holder(inode, peer);
+    let handshake = handshake::handshake(&mut stream, &auth, verify, admit);
     let (leftover, request_id) = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
         Ok(Ok(Outcome::Upgraded { leftover, request_id })) => (leftover, request_id),
         Ok(Ok(Outcome::Answered { status, request_id })) => {
@@ -346,33 +369,6 @@ async fn upgrade(mut stream: TcpStream, peer: SocketAddr, inode: Option<u64>, sh
     start_connection(served, shared.context(slot));
 }
 
-/// Handshakes under way, on the listener's runtime: at most `limit`; a new
-/// one beyond evicts the oldest (its socket closes), so a flood of idle or
-/// trickling connections delays an honest client by nothing but its own
-/// handshake.
-struct Pending {
-    tasks: tokio::task::JoinSet<()>,
-    order: std::collections::VecDeque<tokio::task::AbortHandle>,
-    limit: usize,
-}
-
-impl Pending {
-    fn new(limit: usize) -> Pending {
-        Pending { tasks: tokio::task::JoinSet::new(), order: Default::default(), limit }
-    }
-
-    fn start(&mut self, task: impl std::future::Future<Output = ()> + Send + 'static) {
-        self.order.retain(|handle| !handle.is_finished());
-        while self.order.len() >= self.limit {
-            if let Some(oldest) = self.order.pop_front() {
-                oldest.abort();
-                EVICTIONS.log(&"too many handshakes under way");
-            }
-        }
-        self.order.push_back(self.tasks.spawn(task));
-    }
-}
-
 /// Whether an accept failed for want of descriptors or memory (it would fail again at once).
 fn out_of_resources(error: &io::Error) -> bool {
     matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
@@ -380,7 +376,7 @@ fn out_of_resources(error: &io::Error) -> bool {
 
 /// A failure that repeats under load (out of descriptors), logged once per
 /// [`ACCEPT_LOG_INTERVAL`] with how often it happened since.
-struct Throttled {
+pub(crate) struct Throttled {
     what: &'static str,
     count: AtomicU64,
     logged: Mutex<Option<Instant>>,
@@ -391,7 +387,7 @@ impl Throttled {
         Throttled { what, count: AtomicU64::new(0), logged: Mutex::new(None) }
     }
 
-    fn log(&self, error: &dyn std::fmt::Display) {
+    pub(crate) fn log(&self, error: &dyn std::fmt::Display) {
         let count = self.count.fetch_add(1, Ordering::Relaxed) + 1;
         let mut logged = self.logged.lock().unwrap_or_else(|p| p.into_inner());
         if logged.is_none_or(|at| at.elapsed() >= ACCEPT_LOG_INTERVAL) {
@@ -410,7 +406,7 @@ static START_FAILURES: Throttled =
 /// Peers refused before their upgrade (another uid, a lookup that failed).
 static REFUSALS: Throttled = Throttled::new("refused a connection before its upgrade");
 /// Handshakes evicted by newer ones.
-static EVICTIONS: Throttled = Throttled::new("evicted the oldest handshake under way");
+pub(crate) static EVICTIONS: Throttled = Throttled::new("evicted a handshake under way");
 
 /// Counts a connection's thread as active until dropped.
 pub(crate) struct ActiveGuard(Arc<watch::Sender<usize>>);

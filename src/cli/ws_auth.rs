@@ -110,11 +110,24 @@ impl WsAuthFlags {
     }
 }
 
-/// A secret file's content less one trailing newline; refused when others
-/// may read it, or when empty.
+/// A secret file's content less one trailing newline: opened once, then
+/// checked on that descriptor (a regular file of this user that no one else
+/// may read), then read from it. Refused when empty, or when it begins or
+/// ends with white space (a bearer token never does: HTTP trims it).
 fn read_secret(path: &Path, flag: &str) -> Result<String, String> {
+    use std::io::Read;
     let named = |e: std::io::Error| format!("{flag} {}: {e}", path.display());
-    let meta = std::fs::metadata(path).map_err(named)?;
+    let mut file = std::fs::File::open(path).map_err(named)?;
+    let meta = file.metadata().map_err(named)?;
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    if !meta.is_file() || meta.uid() != uid {
+        return Err(format!(
+            "{flag} {}: the file must be a regular file of uid {uid} (it is uid {})",
+            path.display(),
+            meta.uid()
+        ));
+    }
     if meta.mode() & 0o077 != 0 {
         return Err(format!(
             "{flag} {}: the file is readable by others (mode {:o}); make it 0600",
@@ -122,10 +135,17 @@ fn read_secret(path: &Path, flag: &str) -> Result<String, String> {
             meta.mode() & 0o7777
         ));
     }
-    let text = std::fs::read_to_string(path).map_err(named)?;
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(named)?;
     let text = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text);
     if text.is_empty() {
         return Err(format!("{flag} {}: the file is empty", path.display()));
+    }
+    if text.trim() != text {
+        return Err(format!(
+            "{flag} {}: the secret begins or ends with white space, which a bearer token cannot carry",
+            path.display()
+        ));
     }
     Ok(text.to_owned())
 }

@@ -10,6 +10,9 @@ use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
+/// The largest `exp` or `nbf` taken: 2^53 seconds, what a JSON number holds exactly.
+const MAX_SECONDS: f64 = 9_007_199_254_740_992.0;
+
 /// Upstream's default `--ws-max-clock-skew-seconds`.
 pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(30);
 
@@ -65,10 +68,12 @@ impl Auth {
 
     /// Checks the request's `Authorization` header; the error says why it fails.
     pub(crate) fn check(&self, authorization: Option<&str>) -> Result<(), &'static str> {
+        // The scheme is case-insensitive (RFC 9110); the header's value was trimmed.
         let presented = || {
             authorization
-                .and_then(|value| value.strip_prefix("Bearer "))
-                .map(str::trim)
+                .and_then(|value| value.split_once(' '))
+                .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+                .map(|(_, token)| token.trim_start())
                 .filter(|token| !token.is_empty())
                 .ok_or("a bearer token is required")
         };
@@ -119,17 +124,27 @@ impl SignedBearer {
             .and_then(|bytes| serde_json::from_slice(&bytes).ok())
             .ok_or("the bearer token's claims are not base64url JSON")?;
         let skew = self.max_clock_skew.as_secs();
-        let number = |name: &str| claims.get(name).map(|v| v.as_f64().map(|n| n as u64));
+        // Whole seconds a JSON number can hold exactly (so `1e300` is no "never").
+        let seconds = |v: &serde_json::Value| {
+            v.as_u64()
+                .or_else(|| {
+                    v.as_f64()
+                        .filter(|n| n.fract() == 0.0 && (0.0..=MAX_SECONDS).contains(n))
+                        .map(|n| n as u64)
+                })
+                .filter(|n| *n as f64 <= MAX_SECONDS)
+        };
+        let number = |name: &str| claims.get(name).map(seconds);
         match number("exp") {
             None => return Err("the bearer token has no exp"),
-            Some(None) => return Err("the bearer token's exp is not a number"),
+            Some(None) => return Err("the bearer token's exp is not a number of seconds"),
             Some(Some(exp)) if now > exp.saturating_add(skew) => {
                 return Err("the bearer token has expired")
             }
             Some(Some(_)) => {}
         }
         match number("nbf") {
-            Some(None) => return Err("the bearer token's nbf is not a number"),
+            Some(None) => return Err("the bearer token's nbf is not a number of seconds"),
             Some(Some(nbf)) if now.saturating_add(skew) < nbf => {
                 return Err("the bearer token is not valid yet (nbf)")
             }
@@ -220,6 +235,8 @@ mod tests {
         assert_eq!(auth.check(Some("Bearer s3creT")), Err("the bearer token is not valid"));
         assert_eq!(auth.check(None), Err("a bearer token is required"));
         assert_eq!(auth.check(Some("Basic s3cret")), Err("a bearer token is required"));
+        assert_eq!(auth.check(Some("bearer s3cret")), Ok(()));
+        assert_eq!(auth.check(Some("Bearer  s3cret")), Ok(()));
         let hex = "8a8d5b2e2b5ff22d4c3ad3e2e4e6b7e5c6bb0a1b8d0e1a5f6c7d8e9f0a1b2c3d";
         assert_eq!(parse_sha256(hex).map(|d| d.len()), Ok(32));
         assert!(parse_sha256("abc").is_err());
@@ -243,6 +260,10 @@ mod tests {
             Err("the bearer token has expired")
         );
         assert_eq!(check(&json!({"exp": now - 29}), b"shared", &signed(None, None)), Ok(()));
+        assert_eq!(
+            check(&json!({"exp": 1e300}), b"shared", &signed(None, None)),
+            Err("the bearer token's exp is not a number of seconds")
+        );
         assert_eq!(
             check(&json!({"exp": now + 60, "nbf": now + 31}), b"shared", &signed(None, None)),
             Err("the bearer token is not valid yet (nbf)")

@@ -230,7 +230,25 @@ fn diag(socket: &OwnedFd, seq: u32, local: SocketAddr, peer: SocketAddr) -> io::
     // SAFETY: the message's bytes follow the header, read unaligned.
     let message: DiagMessage =
         unsafe { std::ptr::read_unaligned(answer[header_len..].as_ptr().cast()) };
-    Ok(PeerSocket { uid: message.uid, inode: u64::from(message.inode) })
+    open_socket(message.state, message.uid, u64::from(message.inode))
+}
+
+/// TCP states in which the peer's socket is still open in some process.
+const ESTABLISHED: u8 = 1;
+const FIN_WAIT1: u8 = 4;
+const FIN_WAIT2: u8 = 5;
+
+/// A peer socket that some process still holds: established (or only its
+/// writing side shut), with an inode. A socket its process has closed
+/// already (an orphan in FIN-WAIT, a TIME-WAIT entry) reports uid 0 and
+/// inode 0, which must never pass for root's.
+fn open_socket(state: u8, uid: u32, inode: u64) -> io::Result<PeerSocket> {
+    if inode == 0 || !matches!(state, ESTABLISHED | FIN_WAIT1 | FIN_WAIT2) {
+        return Err(io::Error::other(format!(
+            "the peer's socket is closed already (TCP state {state})"
+        )));
+    }
+    Ok(PeerSocket { uid, inode })
 }
 
 /// The same answer from `/proc/net/tcp` or `tcp6`: the line whose local
@@ -241,16 +259,17 @@ fn proc_net(local: SocketAddr, peer: SocketAddr) -> io::Result<PeerSocket> {
     let (want_local, want_remote) = (proc_address(peer), proc_address(local));
     for line in text.lines().skip(1) {
         let fields: Vec<&str> = line.split_whitespace().collect();
-        let (Some(from), Some(to), Some(uid), Some(inode)) =
-            (fields.get(1), fields.get(2), fields.get(7), fields.get(9))
+        let (Some(from), Some(to), Some(state), Some(uid), Some(inode)) =
+            (fields.get(1), fields.get(2), fields.get(3), fields.get(7), fields.get(9))
         else {
             continue;
         };
         if from.eq_ignore_ascii_case(&want_local) && to.eq_ignore_ascii_case(&want_remote) {
-            let uid = uid.parse().map_err(|_| io::Error::other("a bad uid in /proc/net/tcp"))?;
-            let inode =
-                inode.parse().map_err(|_| io::Error::other("a bad inode in /proc/net/tcp"))?;
-            return Ok(PeerSocket { uid, inode });
+            let bad = |what: &str| io::Error::other(format!("a bad {what} in /proc/net/tcp"));
+            let state = u8::from_str_radix(state, 16).map_err(|_| bad("state"))?;
+            let uid = uid.parse().map_err(|_| bad("uid"))?;
+            let inode = inode.parse().map_err(|_| bad("inode"))?;
+            return open_socket(state, uid, inode);
         }
     }
     Err(io::Error::from_raw_os_error(libc::ENOENT))
@@ -270,28 +289,47 @@ fn proc_address(address: SocketAddr) -> String {
     text
 }
 
-/// Whether a process in one of this server's sandboxes holds the socket
-/// `inode`; an error when the walk cannot be made (out of descriptors), which
-/// the caller treats as held (fail closed). `None` when the server has more
-/// than `budget` descendants: the caller walks them off its loop.
-pub(crate) fn held_by_sandbox(inode: u64, budget: usize) -> io::Result<Option<bool>> {
-    search(inode, budget)
+/// Who holds a local peer's socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Holder {
+    /// A process outside this server's sandboxes: the peer may be served.
+    Outside,
+    /// A process in one of this server's sandboxes.
+    Sandboxed,
+    /// No process: the socket is in flight (a descriptor passed in an
+    /// `SCM_RIGHTS` message, not yet received), which a client that waits
+    /// for its answer never does. Refused.
+    Nobody,
 }
 
-fn search(inode: u64, budget: usize) -> io::Result<Option<bool>> {
+/// Who holds the socket `inode`: the server itself, its descendants (those in
+/// a PID namespace other than the server's, or below one, are sandboxed),
+/// then its ancestors (the usual client: the program that launched it), then
+/// every other process this user may inspect. A socket no process outside
+/// the sandboxes holds is never served: a sandboxed process that hides its
+/// socket in flight during the walk gets [`Holder::Nobody`]. `None` when
+/// more than `budget` processes would be looked at (the caller walks them
+/// off its loop); an error when the walk cannot be made (out of
+/// descriptors), which the caller refuses (fail closed).
+pub(crate) fn holder(inode: u64, budget: usize) -> io::Result<Option<Holder>> {
     let own_ns = pid_namespace(std::process::id())?;
     let wanted = format!("socket:[{inode}]");
+    let mut seen = std::collections::HashSet::new();
+    seen.insert(std::process::id());
+    // The server itself (a client embedded in the same process).
+    if holds(std::process::id(), &wanted)? {
+        return Ok(Some(Holder::Outside));
+    }
+    let over = |seen: &std::collections::HashSet<u32>| seen.len() > budget.min(MAX_WALK);
     // (pid, in a sandbox) of each descendant still to look at.
     let mut pending: Vec<(u32, bool)> =
         children(std::process::id())?.into_iter().map(|pid| (pid, false)).collect();
-    let mut seen = 0usize;
     while let Some((pid, inherited)) = pending.pop() {
-        seen += 1;
-        if seen > budget {
-            return Ok(None);
+        if !seen.insert(pid) {
+            continue;
         }
-        if seen > MAX_WALK {
-            return Err(io::Error::other(format!("over {MAX_WALK} descendants")));
+        if over(&seen) {
+            return Ok(None);
         }
         let sandboxed = inherited
             || match pid_namespace(pid) {
@@ -299,18 +337,48 @@ fn search(inode: u64, budget: usize) -> io::Result<Option<bool>> {
                 Err(error) if gone(&error) => continue,
                 Err(error) => return Err(error),
             };
-        if sandboxed && holds(pid, &wanted)? {
-            return Ok(Some(true));
+        if holds(pid, &wanted)? {
+            return Ok(Some(if sandboxed { Holder::Sandboxed } else { Holder::Outside }));
         }
         pending.extend(children(pid)?.into_iter().map(|child| (child, sandboxed)));
     }
-    Ok(Some(false))
+    // The ancestors, nearest first, then everyone else.
+    let mut ancestor = parent_of(std::process::id());
+    while let Some(pid) = ancestor.filter(|pid| *pid > 0 && seen.insert(*pid)) {
+        if holds(pid, &wanted)? {
+            return Ok(Some(Holder::Outside));
+        }
+        ancestor = parent_of(pid);
+    }
+    let processes = std::fs::read_dir("/proc")?;
+    for entry in processes {
+        let Some(pid) = entry?.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !seen.insert(pid) {
+            continue;
+        }
+        if seen.len() > budget {
+            return Ok(None);
+        }
+        // Not a descendant: never one of ours in a sandbox (a process cannot
+        // leave its PID namespace, and the server is a subreaper).
+        if holds(pid, &wanted)? {
+            return Ok(Some(Holder::Outside));
+        }
+    }
+    Ok(Some(Holder::Nobody))
 }
 
-/// The most processes the sandbox test walks before it refuses anyway.
+fn parent_of(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|line| line.strip_prefix("PPid:")).and_then(|v| v.trim().parse().ok())
+}
+
+/// The most descendants the walk looks at before it refuses anyway.
 const MAX_WALK: usize = 65_536;
-/// Descendants walked on the listener's loop (tens of microseconds); a
-/// larger tree is walked on a blocking thread.
+/// Processes looked at on the listener's loop (tens of microseconds); a
+/// longer walk runs on a blocking thread.
 pub(crate) const INLINE_WALK: usize = 64;
 
 /// Whether a `/proc` read failed because the process is gone.
@@ -341,11 +409,17 @@ fn pid_namespace(pid: u32) -> io::Result<std::path::PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/ns/pid"))
 }
 
-/// Whether one of `pid`'s descriptors is `wanted` (`socket:[INODE]`).
+/// Whether one of `pid`'s descriptors is `wanted` (`socket:[INODE]`). A
+/// process whose descriptors this server may not read (another user's, or
+/// one that made itself non-dumpable) is not counted as a holder: a socket
+/// is served only when found outside the sandboxes, so what cannot be read
+/// can only lead to a refusal.
 fn holds(pid: u32, wanted: &str) -> io::Result<bool> {
     let fds = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
         Ok(fds) => fds,
-        Err(error) if gone(&error) => return Ok(false),
+        Err(error) if gone(&error) || error.kind() == io::ErrorKind::PermissionDenied => {
+            return Ok(false)
+        }
         Err(error) => return Err(error),
     };
     for fd in fds {
@@ -384,7 +458,19 @@ mod tests {
             let own = std::fs::read_link(format!("/proc/self/fd/{}", client.as_raw_fd())).unwrap();
             assert_eq!(own.to_str().unwrap(), format!("socket:[{}]", found.inode));
             assert_eq!(proc_net(unmapped(local), unmapped(peer)).unwrap(), found);
-            assert_eq!(held_by_sandbox(found.inode, usize::MAX).unwrap(), Some(false));
+            // Held by this process (a client embedded beside the server).
+            assert_eq!(holder(found.inode, usize::MAX).unwrap(), Some(Holder::Outside));
+            // Closed by its process: an orphan with inode 0 and uid 0, never root's.
+            drop(client);
+            let closed = PeerLookup::new().lookup(local, peer).unwrap_err();
+            assert!(
+                closed.to_string().starts_with("the peer's socket is closed already"),
+                "{closed}"
+            );
+            assert!(proc_net(unmapped(local), unmapped(peer)).is_err());
+            // A socket nobody holds.
+            assert_eq!(holder(found.inode, usize::MAX).unwrap(), Some(Holder::Nobody));
+            drop(accepted);
         }
     }
 }

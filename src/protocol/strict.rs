@@ -3,32 +3,57 @@
 //! (a proxy, a validator, a log) may keep the first: a message such as
 //! `{"sandbox": {...restricted...}, "sandbox": {"mode": "none"}}` must not mean
 //! one thing to them and another to the server.
+//!
+//! A message holds at most [`MAX_ELEMENTS`] array items and object entries:
+//! a value costs far more memory parsed than written (a 58 MiB message of 5
+//! million tiny env entries took 1.9 GB), so the count is what bounds it.
 
+use std::cell::Cell;
 use std::fmt;
 
 use serde::de::{DeserializeSeed, Error as _, MapAccess, SeqAccess, Visitor};
 use serde::Deserializer;
 use serde_json::{Map, Number, Value};
 
-/// Parses `text` as one JSON value; a duplicate key is an error naming it.
+/// Array items and object entries one message may hold (all levels).
+pub(crate) const MAX_ELEMENTS: usize = 262_144;
+
+/// Parses `text` as one JSON value; a duplicate key, or more than
+/// [`MAX_ELEMENTS`] items and entries, is an error naming it.
 pub(crate) fn from_str(text: &str) -> Result<Value, serde_json::Error> {
     let mut deserializer = serde_json::Deserializer::from_str(text);
-    let value = Strict.deserialize(&mut deserializer)?;
+    let elements = Cell::new(0);
+    let value = Strict(&elements).deserialize(&mut deserializer)?;
     deserializer.end()?;
     Ok(value)
 }
 
-struct Strict;
+/// A value, counting the elements of the whole message in the cell.
+#[derive(Clone, Copy)]
+struct Strict<'c>(&'c Cell<usize>);
 
-impl<'de> DeserializeSeed<'de> for Strict {
-    type Value = Value;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        deserializer.deserialize_any(Strict)
+impl Strict<'_> {
+    fn count<E: serde::de::Error>(self) -> Result<(), E> {
+        let count = self.0.get() + 1;
+        self.0.set(count);
+        if count > MAX_ELEMENTS {
+            return Err(E::custom(format!(
+                "the message holds more than {MAX_ELEMENTS} array items and object entries"
+            )));
+        }
+        Ok(())
     }
 }
 
-impl<'de> Visitor<'de> for Strict {
+impl<'de> DeserializeSeed<'de> for Strict<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Strict<'_> {
     type Value = Value;
 
     fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -68,12 +93,13 @@ impl<'de> Visitor<'de> for Strict {
     }
 
     fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        deserializer.deserialize_any(Strict)
+        deserializer.deserialize_any(self)
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
-        while let Some(item) = seq.next_element_seed(Strict)? {
+        while let Some(item) = seq.next_element_seed(self)? {
+            self.count()?;
             items.push(item);
         }
         Ok(Value::Array(items))
@@ -85,7 +111,8 @@ impl<'de> Visitor<'de> for Strict {
             if object.contains_key(&key) {
                 return Err(A::Error::custom(format!("duplicate key `{key}` in an object")));
             }
-            let value = map.next_value_seed(Strict)?;
+            self.count()?;
+            let value = map.next_value_seed(self)?;
             object.insert(key, value);
         }
         Ok(Value::Object(object))
@@ -106,5 +133,20 @@ mod tests {
             "duplicate key `sandbox` in an object at line 1 column 52"
         );
         assert!(from_str("{} x").is_err());
+    }
+
+    #[test]
+    fn a_message_of_too_many_elements_is_refused() {
+        let fits = format!("[{}0]", "0,".repeat(MAX_ELEMENTS - 1));
+        assert!(from_str(&fits).is_ok());
+        let over = format!(
+            "{{\"env\":{{{}\"x\":\"\"}}}}",
+            (0..MAX_ELEMENTS).map(|n| format!("\"k{n}\":\"\",")).collect::<String>()
+        );
+        let error = from_str(&over).unwrap_err().to_string();
+        assert!(
+            error.starts_with("the message holds more than 262144 array items and object entries"),
+            "{error}"
+        );
     }
 }

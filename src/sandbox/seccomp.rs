@@ -1,5 +1,7 @@
 //! The seccomp filter of a sandboxed program, about what Landlock and the
 //! mount view leave open:
+//! - with network, no `NETLINK_SOCK_DIAG` socket (it would list the host's
+//!   sockets and their owners; `NETLINK_ROUTE`, which `getifaddrs` uses, stays);
 //! - no Unix-domain socket of its own (`socket(AF_UNIX, ...)`), so no
 //!   connection to a socket outside the writable roots (an ssh agent, Docker,
 //!   D-Bus); stream and seqpacket `socketpair`s still work, datagram ones do
@@ -77,6 +79,8 @@ const OFFSET_ARCH: u32 = 4;
 const OFFSET_ARG0: u32 = 16;
 /// The low 32 bits of the second argument.
 const OFFSET_ARG1: u32 = 24;
+/// The low 32 bits of the third argument.
+const OFFSET_ARG2: u32 = 32;
 /// `SOCK_DGRAM`, and the mask of the type bits (the rest are flags).
 const SOCK_DGRAM: u32 = 2;
 const SOCK_TYPE_MASK: u32 = 0xf;
@@ -175,11 +179,16 @@ fn filter(rules: Rules) -> Vec<libc::sock_filter> {
         statement(LD_W_ABS, OFFSET_NR),
     ]);
     if rules.network {
-        // socket: AF_UNIX refused, the rest allowed.
+        // socket: AF_UNIX refused, and a NETLINK_SOCK_DIAG socket (which lists
+        // every socket of the host and its owner); the rest allowed.
         program.extend([
-            jump(JEQ_K, arch::NR_SOCKET, 0, 3),
+            jump(JEQ_K, arch::NR_SOCKET, 0, 7),
             statement(LD_W_ABS, OFFSET_ARG0),
             jump(JEQ_K, libc::AF_UNIX as u32, 0, 1),
+            refuse,
+            jump(JEQ_K, libc::AF_NETLINK as u32, 0, 3),
+            statement(LD_W_ABS, OFFSET_ARG2),
+            jump(JEQ_K, libc::NETLINK_SOCK_DIAG as u32, 0, 1),
             refuse,
             allow,
         ]);

@@ -22,7 +22,8 @@ struct Listening {
 
 impl Listening {
     async fn start(nofile: &str, args: &[&str]) -> Listening {
-        let stderr = scratch("bounds-stderr").join(format!("stderr-{}", rand_tag()));
+        // A directory of its own: scratch() empties one that another test may hold.
+        let stderr = scratch(&format!("bounds-stderr-{}", rand_tag())).join("stderr");
         let mut child = tokio::process::Command::new("prlimit")
             .arg(format!("--nofile={nofile}"))
             .arg(BIN)

@@ -167,6 +167,24 @@ async fn a_sandboxed_process_cannot_drive_its_own_server_even_with_the_token() {
         );
         assert_eq!(status.code, 0);
         assert!(!escaped.exists(), "a sandboxed process started an unsandboxed one");
+        // Its socket hidden in flight (SCM_RIGHTS over a socketpair) while the
+        // server looks for who holds it: nobody outside a sandbox does.
+        let hidden =
+            [PYTHON, PEER, "drive-inflight", &server.url, secret, escaped.to_str().unwrap()];
+        let sandbox = Sandbox::restricted([&inside]).network(true);
+        let params = StartParams::new("hidden", hidden, &inside).sandbox(sandbox);
+        let mut hiding = client.start(params).await.unwrap();
+        let (output, _) = within("the hiding peer", hiding.output_to_end()).await.unwrap();
+        let output = String::from_utf8_lossy(&output);
+        assert!(
+            [
+                "HTTP/1.1 403 Forbidden\nconnection refused: no process outside this server's sandboxes holds the peer's socket (403)\n",
+                "HTTP/1.1 403 Forbidden\nconnection refused: the peer is a process in one of this server's sandboxes (403)\n"
+            ]
+            .contains(&output.as_ref()),
+            "{output}"
+        );
+        assert!(!escaped.exists(), "a hidden socket started an unsandboxed process");
         // The same program outside the sandbox, as the same uid, is served.
         let params = StartParams::new("free", argv, &inside);
         let mut free = client.start(params).await.unwrap();
@@ -218,6 +236,22 @@ async fn capability_tokens_from_a_file_or_a_digest_admit_any_uid_and_nothing_els
         format!(
             "exec-server: --ws-token-file {}: the file is readable by others (mode 644); make it 0600\n",
             file.display()
+        )
+    );
+    // A token no header can carry (HTTP trims white space) is refused at start.
+    let spaced = dir.join("spaced");
+    std::fs::write(&spaced, " s3cret-token \n").unwrap();
+    std::fs::set_permissions(&spaced, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let output = std::process::Command::new(BIN)
+        .args(["--listen", "ws://127.0.0.1:0", "--token-file", spaced.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr),
+        format!(
+            "exec-server: --ws-token-file {}: the secret begins or ends with white space, which a bearer token cannot carry\n",
+            spaced.display()
         )
     );
     let output =

@@ -665,3 +665,24 @@ async fn a_mount_made_after_the_start_stays_out_of_the_sandbox() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&mode.stdout), "644\n");
 }
+
+/// With `network: true` a process keeps routing netlink (`getifaddrs`) but
+/// gets no `NETLINK_SOCK_DIAG` socket, which would list the host's sockets.
+#[tokio::test]
+async fn a_networked_sandbox_cannot_list_the_hosts_sockets() {
+    let tree = Tree::new("sockdiag", User::Current);
+    let mut server = User::Current.ready(&[], &[]).await;
+    let script = r#"python3 -c '
+import socket
+for name, proto in (("route", 0), ("sock_diag", 4)):
+    try:
+        socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, proto).close()
+        print(name, "open")
+    except OSError:
+        print(name, "refused")
+'"#;
+    let sandbox = json!({"mode": "restricted", "writableRoots": [tree.w()], "network": true});
+    let (output, code) =
+        run(&mut server, sandboxed("n", &["sh", "-c", script], tree.w(), json!({}), sandbox)).await;
+    assert_eq!((output.as_str(), code), ("route open\nsock_diag refused\n", 0));
+}
