@@ -68,6 +68,15 @@ struct Cli {
     /// With --sandbox: processes keep the host's network.
     #[arg(long, requires = "sandbox")]
     sandbox_network: bool,
+    /// Serve MCP on stdio whatever the first message (without it, an MCP client's first message selects MCP).
+    #[arg(long, conflicts_with_all = ["listen", "connect"])]
+    mcp: bool,
+    /// MCP: commands keep the host's network inside their sandbox.
+    #[arg(long)]
+    mcp_network: bool,
+    /// MCP: run commands without a sandbox (they can then write anywhere the user can).
+    #[arg(long)]
+    mcp_unsandboxed: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -209,7 +218,14 @@ pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> E
                         () = hangup => tracing::info!("stdout was closed; shutting down"),
                     }
                 };
-                let result = server::run_until(reader, writer, config, shutdown).await;
+                let face = crate::mcp::Face {
+                    forced: cli.mcp,
+                    confinement: crate::mcp::Confinement {
+                        sandbox: !cli.mcp_unsandboxed,
+                        network: cli.mcp_network,
+                    },
+                };
+                let result = crate::mcp::serve_stdio(reader, writer, config, face, shutdown).await;
                 drop(guard);
                 result
             }

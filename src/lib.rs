@@ -58,6 +58,8 @@ mod host;
 #[cfg(feature = "server")]
 mod listen;
 #[cfg(feature = "server")]
+mod mcp;
+#[cfg(feature = "server")]
 mod process;
 #[cfg(feature = "server")]
 mod sandbox;

@@ -16,6 +16,7 @@ mod fuse;
 mod large;
 mod launcher;
 mod listener;
+mod mcp;
 mod process;
 mod protocol;
 mod pty;

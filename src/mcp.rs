@@ -1,0 +1,532 @@
+//! The MCP face: a stdio connection whose first message is MCP's (see
+//! [`sniff`]) is served as a Model Context Protocol server (versions
+//! 2025-06-18 and 2025-11-25) with Codex's exec and file tools. It is an edge
+//! like the dialects: MCP calls become calls of our own [`crate::Client`]
+//! to the one engine, a server running in this process ([`exec`] for
+//! processes, with the sandbox and bounds; [`files`] for files, confined to
+//! the client's roots), and their answers become MCP results. The core knows
+//! nothing of MCP.
+//!
+//! The loop only routes: tool calls run as tasks it owns (cancelled by
+//! `notifications/cancelled`), and `roots/list` is asked of the client when
+//! it declares roots and again when they change.
+
+mod exec;
+mod files;
+mod sniff;
+mod text;
+mod tools;
+
+pub(crate) use self::exec::Confinement;
+
+use std::collections::HashMap;
+use std::io;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufReader};
+use tokio::sync::mpsc;
+use tokio::task::{AbortHandle, JoinSet};
+
+use self::exec::{Command, Exec};
+use self::files::Files;
+use crate::server::Config;
+use crate::transport;
+
+/// The MCP versions served; the last is answered to a client that asks for another.
+const VERSIONS: [&str; 2] = ["2025-06-18", "2025-11-25"];
+/// The most of the first line looked at to choose the face.
+const SNIFF_LIMIT: usize = 64 * 1024;
+/// How often a long call with a `progressToken` reports progress.
+const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
+/// How long calls under way may still finish once the input ended.
+const EOF_LINGER: Duration = Duration::from_secs(10);
+/// Tool calls running at once; beyond, a call is answered with an error.
+const MAX_CALLS: usize = 64;
+
+/// How the MCP face is chosen and confines commands.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Face {
+    /// `--mcp`: MCP whatever the first message.
+    pub(crate) forced: bool,
+    pub(crate) confinement: Confinement,
+}
+
+/// Serves stdio: MCP when the first message is MCP's (or `--mcp`), else the
+/// exec-server protocol, as always.
+pub(crate) async fn serve_stdio<R, W, S>(
+    mut reader: R,
+    writer: W,
+    config: Config,
+    face: Face,
+    shutdown: S,
+) -> io::Result<()>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+    S: std::future::Future<Output = ()>,
+{
+    tokio::pin!(shutdown);
+    let first = tokio::select! {
+        first = first_line(&mut reader) => first?,
+        () = &mut shutdown => return Ok(()),
+    };
+    let mcp = face.forced || sniff::opens_mcp(first_non_blank(&first));
+    let reader = std::io::Cursor::new(first).chain(reader);
+    if mcp {
+        serve(reader, writer, config, face.confinement, shutdown).await
+    } else {
+        crate::server::run_until(reader, writer, config, shutdown).await
+    }
+}
+
+/// The bytes up to the first line that is not blank (with its newline), at
+/// most [`SNIFF_LIMIT`], or up to the end of input.
+async fn first_line<R: AsyncRead + Unpin>(reader: &mut R) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = bytes.iter().position(|b| *b == b'\n') {
+            if !bytes[..end].iter().all(u8::is_ascii_whitespace) {
+                return Ok(bytes);
+            }
+        }
+        if bytes.len() >= SNIFF_LIMIT {
+            return Ok(bytes);
+        }
+        let read = reader.read(&mut chunk).await?;
+        if read == 0 {
+            return Ok(bytes);
+        }
+        bytes.extend_from_slice(&chunk[..read]);
+    }
+}
+
+fn first_non_blank(bytes: &[u8]) -> &[u8] {
+    bytes
+        .split(|b| *b == b'\n')
+        .find(|line| !line.iter().all(u8::is_ascii_whitespace))
+        .unwrap_or(&[])
+}
+
+/// What the tools share.
+struct Engine {
+    exec: Exec,
+    /// The client's roots (or the server's directory while it has none).
+    roots: Mutex<Vec<PathBuf>>,
+    /// The file tools, made for the roots of the moment.
+    files: tokio::sync::Mutex<Option<Arc<Files>>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A JSON-RPC 2.0 result line.
+fn result(id: &Value, result: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
+}
+
+/// A JSON-RPC 2.0 error line.
+fn error(id: &Value, code: i64, message: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
+}
+
+/// Serves one MCP connection until its input ends or `shutdown`.
+async fn serve<R, W, S>(
+    reader: R,
+    writer: W,
+    config: Config,
+    confinement: Confinement,
+    shutdown: S,
+) -> io::Result<()>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+    S: std::future::Future<Output = ()>,
+{
+    tracing::info!("serving MCP");
+    let limit = config.max_message_bytes;
+    let client = crate::Client::in_process(config)
+        .await
+        .map_err(|e| io::Error::other(format!("cannot start the engine: {e}")))?;
+    let cwd = std::env::current_dir()?;
+    let engine = Arc::new(Engine {
+        exec: Exec::new(client, confinement),
+        roots: Mutex::new(vec![cwd]),
+        files: tokio::sync::Mutex::new(None),
+    });
+    let (out, writer_task) = transport::spawn_writer(writer);
+    let (lines_tx, mut lines) = mpsc::channel::<Option<Vec<u8>>>(16);
+    let reader_task = tokio::spawn(async move {
+        let mut reader = BufReader::with_capacity(transport::INPUT_BUFFER, reader);
+        let mut line = Vec::new();
+        loop {
+            let message = match transport::read_line_into(&mut reader, limit, &mut line).await {
+                Ok(Some(true)) => Some(std::mem::take(&mut line)),
+                Ok(Some(false)) => None,
+                Ok(None) | Err(_) => break,
+            };
+            if lines_tx.send(message).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut session = Session {
+        engine,
+        out: out.clone(),
+        calls: JoinSet::new(),
+        running: HashMap::new(),
+        client_roots: false,
+        asked: 0,
+        limit,
+    };
+    tokio::pin!(shutdown);
+    // After the input ends, calls under way may finish (for a while).
+    let mut linger: Option<tokio::time::Instant> = None;
+    loop {
+        if linger.is_some() && session.calls.is_empty() {
+            break;
+        }
+        let until = linger.unwrap_or_else(tokio::time::Instant::now);
+        tokio::select! {
+            line = lines.recv(), if linger.is_none() => match line {
+                Some(Some(line)) => session.on_line(&line).await,
+                Some(None) => session.send(error(&Value::Null, -32600, &format!("message is longer than the limit of {limit} bytes (--max-message-bytes); it was discarded"))).await,
+                None => linger = Some(tokio::time::Instant::now() + EOF_LINGER),
+            },
+            () = tokio::time::sleep_until(until), if linger.is_some() => break,
+            Some(done) = session.calls.join_next(), if !session.calls.is_empty() => {
+                if let Ok((key, line)) = done {
+                    session.running.remove(&key);
+                    session.send(line).await;
+                }
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    tracing::info!("MCP connection ended");
+    session.calls.abort_all();
+    reader_task.abort();
+    drop(session);
+    drop(out);
+    let _ = writer_task.await;
+    Ok(())
+}
+
+/// Where an `exec_command` call records the session it started (a
+/// cancelled call's session is killed).
+type StartedSession = Arc<Mutex<Option<u32>>>;
+
+/// One MCP connection's state, owned by its loop.
+struct Session {
+    engine: Arc<Engine>,
+    out: mpsc::Sender<String>,
+    /// Tool calls under way: each yields its request's key and answer line.
+    calls: JoinSet<(String, String)>,
+    /// By request key: the call's task and the session it started, if any.
+    running: HashMap<String, (AbortHandle, StartedSession)>,
+    /// The client declared `roots`.
+    client_roots: bool,
+    /// `roots/list` requests sent (their ids are `roots-N`).
+    asked: u64,
+    limit: usize,
+}
+
+impl Session {
+    async fn send(&self, line: String) {
+        // A cancelled call's clean-up answers nothing.
+        if !line.is_empty() {
+            let _ = self.out.send(line).await;
+        }
+    }
+
+    async fn on_line(&mut self, line: &[u8]) {
+        let message: Value = match serde_json::from_slice(line) {
+            Ok(message) => message,
+            Err(parse) => {
+                return self
+                    .send(error(&Value::Null, -32700, &format!("parse error: {parse}")))
+                    .await
+            }
+        };
+        let id = message.get("id").cloned();
+        let method = message.get("method").and_then(Value::as_str).map(str::to_owned);
+        let params = message.get("params").cloned().unwrap_or(Value::Null);
+        match (method, id) {
+            (Some(method), Some(id)) => self.on_request(&method, id, params).await,
+            (Some(method), None) => self.on_notification(&method, &params).await,
+            (None, Some(id)) => self.on_response(&id, &message).await,
+            (None, None) => {
+                self.send(error(&Value::Null, -32600, "invalid request: no method and no id")).await
+            }
+        }
+    }
+
+    async fn on_request(&mut self, method: &str, id: Value, params: Value) {
+        let line = match method {
+            "initialize" => {
+                let asked = params.get("protocolVersion").and_then(Value::as_str).unwrap_or("");
+                let version = VERSIONS.iter().find(|v| **v == asked).unwrap_or(&VERSIONS[1]);
+                self.client_roots =
+                    params.get("capabilities").and_then(|c| c.get("roots")).is_some();
+                let client = params.pointer("/clientInfo/name").and_then(Value::as_str);
+                tracing::info!(client, version, "MCP initialize");
+                result(&id, json!({
+                    "protocolVersion": version,
+                    "capabilities": {"tools": {"listChanged": false}},
+                    "serverInfo": {"name": env!("CARGO_PKG_NAME"), "version": env!("CARGO_PKG_VERSION")},
+                    "instructions": "Runs shell commands and works on files, sandboxed: commands may write only beneath the roots. Long-running commands answer with a session ID; continue them with write_stdin."
+                }))
+            }
+            "ping" => result(&id, json!({})),
+            "tools/list" => result(&id, tools::list()),
+            "tools/call" => return self.start_call(id, params),
+            "server/discover" => error(
+                &id,
+                -32601,
+                "method not found: server/discover (this server speaks MCP 2025-06-18 and 2025-11-25: send initialize)",
+            ),
+            other => error(&id, -32601, &format!("method not found: {other}")),
+        };
+        self.send(line).await;
+    }
+
+    async fn on_notification(&mut self, method: &str, params: &Value) {
+        match method {
+            "notifications/initialized" | "notifications/roots/list_changed"
+                if self.client_roots =>
+            {
+                self.asked += 1;
+                let ask = json!({"jsonrpc": "2.0", "id": format!("roots-{}", self.asked), "method": "roots/list"});
+                self.send(ask.to_string()).await;
+            }
+            "notifications/cancelled" => {
+                let key = params.get("requestId").map(Value::to_string).unwrap_or_default();
+                if let Some((task, started)) = self.running.remove(&key) {
+                    task.abort();
+                    tracing::info!(request = %key, "tool call cancelled");
+                    if let Some(session) = *lock(&started) {
+                        let engine = self.engine.clone();
+                        self.calls.spawn(async move {
+                            engine.exec.abandon(session).await;
+                            (String::new(), String::new())
+                        });
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    async fn on_response(&mut self, id: &Value, message: &Value) {
+        let is_roots = id.as_str().is_some_and(|id| id.starts_with("roots-"));
+        let Some(listed) =
+            message.pointer("/result/roots").and_then(Value::as_array).filter(|_| is_roots)
+        else {
+            if is_roots {
+                tracing::warn!(%message, "the client's roots/list failed; keeping the roots");
+            }
+            return;
+        };
+        let roots: Vec<PathBuf> = listed
+            .iter()
+            .filter_map(|root| root.get("uri").and_then(Value::as_str))
+            .filter_map(|uri| crate::dialect::uri::to_path(uri).ok())
+            .collect();
+        if roots.is_empty() {
+            tracing::warn!("the client listed no usable root (file: URIs); keeping the roots");
+            return;
+        }
+        tracing::info!(?roots, "MCP roots");
+        *lock(&self.engine.roots) = roots;
+    }
+
+    fn start_call(&mut self, id: Value, params: Value) {
+        let key = id.to_string();
+        if self.running.len() >= MAX_CALLS {
+            let line =
+                error(&id, -32603, &format!("too many tool calls under way (at most {MAX_CALLS})"));
+            self.calls.spawn(async move { (String::new(), line) });
+            return;
+        }
+        let started = Arc::new(Mutex::new(None));
+        let (engine, out, slot, limit) =
+            (self.engine.clone(), self.out.clone(), started.clone(), self.limit);
+        let task_key = key.clone();
+        let task = self.calls.spawn(async move {
+            let token = params.pointer("/_meta/progressToken").cloned();
+            let call = call(&engine, &params, &slot, limit);
+            let line = match token {
+                Some(token) => with_progress(call, &out, token).await,
+                None => call.await,
+            };
+            let line = match line {
+                Ok(answer) => result(&id, answer),
+                Err((code, message)) => error(&id, code, &message),
+            };
+            (task_key, line)
+        });
+        self.running.insert(key, (task, started));
+    }
+}
+
+/// Runs `call`, sending `notifications/progress` every [`PROGRESS_INTERVAL`].
+async fn with_progress<F>(call: F, out: &mpsc::Sender<String>, token: Value) -> F::Output
+where
+    F: std::future::Future,
+{
+    tokio::pin!(call);
+    let mut tick = tokio::time::interval(PROGRESS_INTERVAL);
+    let mut seconds = 0u64;
+    loop {
+        tokio::select! {
+            done = &mut call => return done,
+            _ = tick.tick() => {
+                let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
+                    "progressToken": token, "progress": seconds, "message": format!("running for {seconds} s")
+                }});
+                let _ = out.send(progress.to_string()).await;
+                seconds += PROGRESS_INTERVAL.as_secs();
+            }
+        }
+    }
+}
+
+/// A tool result: the text, and the structured content of a success.
+fn tool_result(outcome: Result<(String, Value), String>) -> Value {
+    match outcome {
+        Ok((text, structured)) => json!({
+            "content": [{"type": "text", "text": text}],
+            "structuredContent": structured,
+            "isError": false
+        }),
+        Err(message) => json!({"content": [{"type": "text", "text": message}], "isError": true}),
+    }
+}
+
+/// `tools/call`: the result, or a protocol error (unknown tool, no name).
+async fn call(
+    engine: &Engine,
+    params: &Value,
+    started: &Mutex<Option<u32>>,
+    limit: usize,
+) -> Result<Value, (i64, String)> {
+    let Some(name) = params.get("name").and_then(Value::as_str) else {
+        return Err((-32602, "tools/call needs a tool name".to_owned()));
+    };
+    let args = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
+    let outcome = match name {
+        "exec_command" => exec_command(engine, &args, started).await,
+        "write_stdin" => match args
+            .get("session_id")
+            .and_then(Value::as_u64)
+            .and_then(|v| u32::try_from(v).ok())
+        {
+            Some(id) => {
+                let chars = args.get("chars").and_then(Value::as_str).unwrap_or("");
+                let wait = millis(&args, "yield_time_ms", 250);
+                engine.exec.write_stdin(id, chars, wait, tokens(&args)).await
+            }
+            None => Err("write_stdin needs session_id, the integer exec_command named".to_owned()),
+        },
+        "kill_session" => match args
+            .get("session_id")
+            .and_then(Value::as_u64)
+            .and_then(|v| u32::try_from(v).ok())
+        {
+            Some(id) => engine.exec.kill(id).await,
+            None => Err("kill_session needs session_id, the integer exec_command named".to_owned()),
+        },
+        "read_file" | "write_file" | "list_dir" => file_tool(engine, name, &args, limit).await,
+        other => return Err((-32602, format!("unknown tool: {other}"))),
+    };
+    Ok(tool_result(outcome))
+}
+
+async fn exec_command(
+    engine: &Engine,
+    args: &Value,
+    started: &Mutex<Option<u32>>,
+) -> Result<(String, Value), String> {
+    let Some(cmd) = args.get("cmd").and_then(Value::as_str) else {
+        return Err("exec_command needs cmd, the shell command to run".to_owned());
+    };
+    let command = Command {
+        cmd: cmd.to_owned(),
+        workdir: args.get("workdir").and_then(Value::as_str).map(PathBuf::from),
+        tty: args.get("tty").and_then(Value::as_bool).unwrap_or(false),
+        yield_time: millis(args, "yield_time_ms", 10_000),
+        max_output_tokens: tokens(args),
+        shell: args.get("shell").and_then(Value::as_str).map(str::to_owned),
+        login: args.get("login").and_then(Value::as_bool).unwrap_or(true),
+    };
+    let roots = lock(&engine.roots).clone();
+    engine.exec.exec_command(command, &roots, started).await
+}
+
+/// A duration argument in milliseconds (at most an hour).
+fn millis(args: &Value, name: &str, default: u64) -> Duration {
+    let ms = args.get(name).and_then(Value::as_u64).unwrap_or(default).min(3_600_000);
+    Duration::from_millis(ms)
+}
+
+fn tokens(args: &Value) -> usize {
+    let tokens = args.get("max_output_tokens").and_then(Value::as_u64).unwrap_or(10_000);
+    usize::try_from(tokens).unwrap_or(usize::MAX).max(1)
+}
+
+async fn file_tool(
+    engine: &Engine,
+    name: &str,
+    args: &Value,
+    limit: usize,
+) -> Result<(String, Value), String> {
+    let Some(path) = args.get("path").and_then(Value::as_str).map(PathBuf::from) else {
+        return Err(format!("{name} needs path, an absolute path beneath the roots"));
+    };
+    let files = current_files(engine).await?;
+    match name {
+        "read_file" => {
+            let offset = args.get("offset").and_then(Value::as_u64).unwrap_or(1);
+            let lines = args.get("limit").and_then(Value::as_u64);
+            files
+                .read(
+                    &path,
+                    usize::try_from(offset).unwrap_or(usize::MAX),
+                    lines.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+                )
+                .await
+        }
+        "write_file" => {
+            let Some(content) = args.get("content").and_then(Value::as_str) else {
+                return Err("write_file needs content".to_owned());
+            };
+            if content.len() > limit {
+                return Err(format!(
+                    "content of {} bytes is over the limit of {limit}",
+                    content.len()
+                ));
+            }
+            files.write(&path, content).await
+        }
+        _ => {
+            let depth = args.get("depth").and_then(Value::as_u64).unwrap_or(2).clamp(1, 64);
+            files.list(&path, depth as usize).await
+        }
+    }
+}
+
+/// The file tools for the roots of the moment (made again when they changed).
+async fn current_files(engine: &Engine) -> Result<Arc<Files>, String> {
+    let roots = lock(&engine.roots).clone();
+    let mut files = engine.files.lock().await;
+    if let Some(current) = files.as_ref().filter(|f| f.roots() == roots.as_slice()) {
+        return Ok(current.clone());
+    }
+    let made = Arc::new(Files::new(roots).await?);
+    *files = Some(made.clone());
+    Ok(made)
+}

@@ -1,0 +1,249 @@
+//! The exec tools (`exec_command`, `write_stdin`, `kill_session`) over the
+//! one engine: each command is a process of the in-process server, started
+//! through our own [`Client`] (so it gets the sandbox, the bounds and the
+//! tree kill), and a session is a small integer that names it. A pump task
+//! per session takes its output as it comes (at most [`BUFFER`] bytes wait
+//! for the next answer; older ones are counted and cut), and the tools wait
+//! for it, or for the exit, up to their yield time.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use super::text::Answer;
+use crate::protocol::{ProcessTerminate, ProcessWrite, TerminateParams, WriteParams};
+use crate::{Client, Sandbox, StartParams};
+
+/// Output bytes a session keeps for its next answer.
+const BUFFER: usize = 1 << 20;
+/// Sessions running at once.
+pub(crate) const MAX_SESSIONS: usize = 64;
+/// How long a kill waits for the process's last output and exit.
+const KILL_WAIT: Duration = Duration::from_secs(2);
+
+/// How commands are confined.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Confinement {
+    /// Sandboxed with the roots writable (false only with `--mcp-unsandboxed`).
+    pub(crate) sandbox: bool,
+    /// The sandbox keeps the host's network.
+    pub(crate) network: bool,
+}
+
+/// What `exec_command` asks for.
+pub(crate) struct Command {
+    pub(crate) cmd: String,
+    pub(crate) workdir: Option<PathBuf>,
+    pub(crate) tty: bool,
+    pub(crate) yield_time: Duration,
+    pub(crate) max_output_tokens: usize,
+    pub(crate) shell: Option<String>,
+    pub(crate) login: bool,
+}
+
+/// What a session's pump has gathered since the last answer.
+#[derive(Default)]
+struct Gathered {
+    output: Vec<u8>,
+    dropped: usize,
+    /// The exit code, once the output has ended and the process exited.
+    exit: Option<i32>,
+    /// The pump ended (exit known, or the connection to the engine lost).
+    done: bool,
+}
+
+struct Session {
+    process_id: String,
+    gathered: Arc<Mutex<Gathered>>,
+    changed: Arc<Notify>,
+    pump: JoinHandle<()>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.pump.abort();
+    }
+}
+
+/// The sessions of one MCP connection.
+pub(crate) struct Exec {
+    client: Client,
+    confinement: Confinement,
+    sessions: Mutex<HashMap<u32, Arc<Session>>>,
+    next: AtomicU32,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Exec {
+    pub(crate) fn new(client: Client, confinement: Confinement) -> Exec {
+        Exec { client, confinement, sessions: Mutex::new(HashMap::new()), next: AtomicU32::new(1) }
+    }
+
+    /// `exec_command`: starts `command` beneath `roots` (writable), waits.
+    pub(crate) async fn exec_command(
+        &self,
+        command: Command,
+        roots: &[PathBuf],
+        started_session: &Mutex<Option<u32>>,
+    ) -> Result<(String, Value), String> {
+        if lock(&self.sessions).len() >= MAX_SESSIONS {
+            return Err(format!(
+                "too many running sessions (at most {MAX_SESSIONS}): end one with kill_session, or let it finish"
+            ));
+        }
+        let started = Instant::now();
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let process_id = format!("mcp-{id}");
+        let shell = command.shell.unwrap_or_else(default_shell);
+        let flag = if command.login { "-lc" } else { "-c" };
+        let cwd = match command.workdir.or_else(|| roots.first().cloned()) {
+            Some(cwd) => cwd,
+            None => std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?,
+        };
+        let mut params =
+            StartParams::new(process_id.clone(), [shell.as_str(), flag, &command.cmd], &cwd);
+        params.env = std::env::vars().collect();
+        params = if command.tty { params.with_tty(24, 80) } else { params.with_stdin() };
+        if self.confinement.sandbox {
+            params = params.sandbox(
+                Sandbox::restricted(roots.iter().cloned()).network(self.confinement.network),
+            );
+        }
+        let process = self.client.start(params).await.map_err(|e| e.to_string())?;
+        let gathered = Arc::new(Mutex::new(Gathered::default()));
+        let changed = Arc::new(Notify::new());
+        let pump = tokio::spawn(pump(process, gathered.clone(), changed.clone()));
+        let session = Arc::new(Session { process_id, gathered, changed, pump });
+        lock(&self.sessions).insert(id, session.clone());
+        *lock(started_session) = Some(id);
+        self.answer(id, &session, started, started + command.yield_time, command.max_output_tokens)
+            .await
+    }
+
+    /// `write_stdin`: writes `chars` (if any) to session `id`, waits.
+    pub(crate) async fn write_stdin(
+        &self,
+        id: u32,
+        chars: &str,
+        yield_time: Duration,
+        max_output_tokens: usize,
+    ) -> Result<(String, Value), String> {
+        let started = Instant::now();
+        let session = self.session(id)?;
+        if !chars.is_empty() {
+            let params = WriteParams::new(session.process_id.clone(), chars.as_bytes().to_vec());
+            self.client
+                .call::<ProcessWrite>(&params)
+                .await
+                .map_err(|e| format!("cannot write to session {id}: {e}"))?;
+        }
+        self.answer(id, &session, started, started + yield_time, max_output_tokens).await
+    }
+
+    /// `kill_session`: ends session `id` and everything it started.
+    pub(crate) async fn kill(&self, id: u32) -> Result<(String, Value), String> {
+        let started = Instant::now();
+        let session = self.session(id)?;
+        let params = TerminateParams::new(session.process_id.clone());
+        self.client
+            .call::<ProcessTerminate>(&params)
+            .await
+            .map_err(|e| format!("cannot kill session {id}: {e}"))?;
+        self.answer(id, &session, started, started + KILL_WAIT, 10_000).await
+    }
+
+    /// Kills the session `id` if it runs (a cancelled call's).
+    pub(crate) async fn abandon(&self, id: u32) {
+        let session = lock(&self.sessions).remove(&id);
+        if let Some(session) = session {
+            let params = TerminateParams::new(session.process_id.clone());
+            let _ = self.client.call::<ProcessTerminate>(&params).await;
+        }
+    }
+
+    fn session(&self, id: u32) -> Result<Arc<Session>, String> {
+        lock(&self.sessions).get(&id).cloned().ok_or_else(|| {
+            format!("unknown session ID {id}: it exited and was reported, or never existed")
+        })
+    }
+
+    /// Waits until the process is done or `deadline`, then answers with the
+    /// output gathered since the last answer; a done session is forgotten.
+    async fn answer(
+        &self,
+        id: u32,
+        session: &Session,
+        started: Instant,
+        deadline: Instant,
+        max_output_tokens: usize,
+    ) -> Result<(String, Value), String> {
+        loop {
+            let changed = session.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if lock(&session.gathered).done {
+                break;
+            }
+            let deadline = tokio::time::Instant::from_std(deadline);
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                break;
+            }
+        }
+        let (output, dropped, exit, done) = {
+            let mut gathered = lock(&session.gathered);
+            let output = std::mem::take(&mut gathered.output);
+            (output, std::mem::take(&mut gathered.dropped), gathered.exit, gathered.done)
+        };
+        if done {
+            lock(&self.sessions).remove(&id);
+        }
+        let answer = Answer {
+            wall: started.elapsed(),
+            exit_code: exit,
+            session_id: Some(id),
+            output: &output,
+            dropped,
+            max_output_tokens,
+        };
+        Ok(answer.render())
+    }
+}
+
+/// Takes the process's output until it ends, then its exit.
+async fn pump(mut process: crate::Process, gathered: Arc<Mutex<Gathered>>, changed: Arc<Notify>) {
+    while let Ok(Some(chunk)) = process.next_output().await {
+        let mut gathered = lock(&gathered);
+        gathered.output.extend_from_slice(&chunk.bytes);
+        let over = gathered.output.len().saturating_sub(BUFFER);
+        if over > 0 {
+            gathered.output.drain(..over);
+            gathered.dropped += over;
+        }
+        drop(gathered);
+        changed.notify_waiters();
+    }
+    let exit = process.wait().await.ok().map(|status| status.code);
+    let mut done = lock(&gathered);
+    done.exit = exit;
+    done.done = true;
+    drop(done);
+    changed.notify_waiters();
+}
+
+/// `$SHELL`, else /bin/bash, else /bin/sh.
+fn default_shell() -> String {
+    std::env::var("SHELL")
+        .ok()
+        .filter(|shell| !shell.is_empty())
+        .or_else(|| std::path::Path::new("/bin/bash").exists().then(|| "/bin/bash".to_owned()))
+        .unwrap_or_else(|| "/bin/sh".to_owned())
+}
