@@ -7,7 +7,7 @@
 //! pre-encoded output), so the server is never blamed for the client.
 //! Prints a table, then the same rows as JSON (also written to
 //! `target/bench.json`). `EXEC_SERVER_BIN` measures another build;
-//! `BENCH_ONLY=fs,stream` runs only those sections (round, startup, spawn, stream, fs, ws, watch).
+//! `BENCH_ONLY=fs,stream` runs only those sections (round, startup, spawn, stream, fs, ws, watch, mcp).
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
 use std::io::{BufRead, Write};
@@ -636,6 +636,9 @@ async fn bench() {
     if wanted("watch") {
         watch_rows(&client, &mut rows).await;
     }
+    if wanted("mcp") {
+        mcp_rows(&client, &mut rows).await;
+    }
 
     println!();
     for row in &rows {
@@ -645,6 +648,95 @@ async fn bench() {
     println!("\n{json}");
     let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench.json");
     let _ = std::fs::write(target, &json);
+}
+
+/// `exec_command`s in a row per run of the MCP row.
+const MCP_CALLS: u32 = 100;
+
+/// `exec_command {cmd: "true", shell: "/bin/sh", login: false}` through the
+/// MCP face (sandboxed, the working directory writable), against the same
+/// sandboxed start of `/bin/sh -c true` through our own protocol.
+async fn mcp_rows(client: &Client, rows: &mut Vec<Row>) {
+    let scratch =
+        std::env::temp_dir().join(format!("exec-server-bench-mcp-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    let mut child = tokio::process::Command::new(server_binary())
+        .current_dir(&scratch)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}"#;
+    stdin
+        .write_all(
+            format!("{init}\n{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}}\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let answer = lines.next_line().await.unwrap().unwrap();
+    if !answer.contains("\"protocolVersion\"") {
+        println!("(this server has no MCP face: the MCP row is left out)");
+        return;
+    }
+    let mut next = 1u64;
+    let pipes = std::sync::Arc::new(tokio::sync::Mutex::new((stdin, lines)));
+    let over_mcp = median_of(|| {
+        let pipes = pipes.clone();
+        let first = next;
+        next += u64::from(MCP_CALLS);
+        async move {
+            let mut pipes = pipes.lock().await;
+            let (stdin, lines) = &mut *pipes;
+            let start = Instant::now();
+            for id in first..first + u64::from(MCP_CALLS) {
+                let call = format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"exec_command","arguments":{{"cmd":"true","shell":"/bin/sh","login":false}}}}}}"#
+                );
+                stdin.write_all(format!("{call}\n").as_bytes()).await.unwrap();
+                let answer = lines.next_line().await.unwrap().unwrap();
+                assert!(answer.contains("Process exited with code 0"), "{answer}");
+            }
+            start.elapsed()
+        }
+    })
+    .await;
+    let sandbox = Sandbox::restricted([scratch.clone()]);
+    let mut n = 0;
+    let ours = median_of(|| {
+        n += 1;
+        let (client, sandbox, scratch) = (client.clone(), sandbox.clone(), scratch.clone());
+        async move {
+            let start = Instant::now();
+            for i in 0..MCP_CALLS {
+                let params = StartParams::new(
+                    format!("mcp-base-{n}-{i}"),
+                    ["/bin/sh", "-c", "true"],
+                    &scratch,
+                )
+                .sandbox(sandbox.clone());
+                let mut process = client.start(params).await.unwrap();
+                assert_eq!(process.wait().await.unwrap().code, 0);
+            }
+            start.elapsed()
+        }
+    })
+    .await;
+    rows.push(Row {
+        what: "MCP exec_command of true, sandboxed (us each)",
+        server: micros(over_mcp, MCP_CALLS),
+        baseline: micros(ours, MCP_CALLS),
+        baseline_what: "the same start, our protocol",
+        unit: "us",
+        higher_is_better: false,
+    });
+    drop(pipes);
+    let _ = child.wait().await;
+    let _ = std::fs::remove_dir_all(&scratch);
 }
 
 /// Upgrades in a row per run of the upgrade row.
