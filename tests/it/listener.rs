@@ -14,26 +14,13 @@ use tokio::net::TcpStream;
 
 use crate::binary::{Binary, BIN};
 use crate::sandbox::NOBODY;
-use crate::support::{scratch, within};
+use crate::support::{root_or_skip, scratch, within};
 use crate::websocket::WsServer;
 
 /// The hostile (or plain) peer, standard-library Python.
 const PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/ws_peer.py");
 /// Debian's Python, which uid 65534 can run (a pyenv shim under /root cannot).
 const PYTHON: &str = "/usr/bin/python3";
-
-/// Whether the tests run as root (to act as another user); otherwise says
-/// why `what` is skipped, and fails under `CI`.
-fn root_or_skip(what: &str) -> bool {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    let message = format!("not root: {what} (run as root; CI does)");
-    assert!(std::env::var_os("CI").is_none(), "{message}");
-    eprintln!("SKIPPED: {message}");
-    false
-}
 
 /// `ws_peer.py ARGS`, as uid 65534 when `nobody`.
 fn peer_command(nobody: bool, args: &[&str]) -> tokio::process::Command {

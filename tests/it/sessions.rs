@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use crate::binary::{Binary, BIN};
 use crate::support::{
-    b64, is_dead, peer_pid, scratch, start_params, unb64, wait_dead, within, Harness,
+    b64, is_dead, peer_pid, root_or_skip, scratch, start_params, unb64, wait_dead, within, Harness,
 };
 use crate::websocket::{WsPeer, WsServer};
 
@@ -78,19 +78,6 @@ fn refused_at_start(program: &str, args: &[&str], message: &str) {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains(message), "{stderr}");
-}
-
-/// Whether the tests run as root (to act as another user); otherwise says
-/// why `what` is skipped, and fails under `CI`.
-fn root_or_skip(what: &str) -> bool {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    let message = format!("not root: {what} (run as root; CI does)");
-    assert!(std::env::var_os("CI").is_none(), "{message}");
-    eprintln!("SKIPPED: {message}");
-    false
 }
 
 /// The next message on `peer` that `matches`, skipping others.

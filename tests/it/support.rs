@@ -358,3 +358,16 @@ pub fn descendants(pid: u32) -> Vec<(u32, String)> {
     }
     found
 }
+
+/// Whether the tests run as root (to act as another user); otherwise says
+/// why `what` is skipped, and fails under `CI`.
+pub fn root_or_skip(what: &str) -> bool {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    let message = format!("not root: {what} (run as root; CI does)");
+    assert!(std::env::var_os("CI").is_none(), "{message}");
+    eprintln!("SKIPPED: {message}");
+    false
+}
