@@ -11,6 +11,7 @@
 //! `notifications/cancelled`), and `roots/list` is asked of the client when
 //! it declares roots and again when they change.
 
+mod calls;
 mod exec;
 mod files;
 mod sniff;
@@ -30,7 +31,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
-use self::exec::{Command, Exec};
+use self::exec::Exec;
 use self::files::Files;
 use crate::server::Config;
 use crate::transport;
@@ -41,6 +42,8 @@ const VERSIONS: [&str; 2] = ["2025-06-18", "2025-11-25"];
 const SNIFF_LIMIT: usize = 64 * 1024;
 /// How often a long call with a `progressToken` reports progress.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a tool call waits for the client's first `roots/list` answer.
+pub(crate) const ROOTS_WAIT: Duration = Duration::from_secs(10);
 /// How long calls under way may still finish once the input ended.
 const EOF_LINGER: Duration = Duration::from_secs(10);
 /// Tool calls running at once; beyond, a call is answered with an error.
@@ -114,8 +117,10 @@ fn first_non_blank(bytes: &[u8]) -> &[u8] {
 /// What the tools share.
 struct Engine {
     exec: Exec,
-    /// The client's roots (or the server's directory while it has none).
-    roots: Mutex<Vec<PathBuf>>,
+    /// The client's roots, or the server's directory when the client
+    /// declares none; `None` while the client's answer to `roots/list` is
+    /// awaited (no command runs, no file is touched until it comes).
+    roots: tokio::sync::watch::Sender<Option<Vec<PathBuf>>>,
     /// The file tools, made for the roots of the moment.
     files: tokio::sync::Mutex<Option<Arc<Files>>>,
 }
@@ -155,7 +160,7 @@ where
     let cwd = std::env::current_dir()?;
     let engine = Arc::new(Engine {
         exec: Exec::new(client, confinement),
-        roots: Mutex::new(vec![cwd]),
+        roots: tokio::sync::watch::Sender::new(Some(vec![cwd])),
         files: tokio::sync::Mutex::new(None),
     });
     let (out, writer_task) = transport::spawn_writer(writer);
@@ -180,6 +185,7 @@ where
         calls: JoinSet::new(),
         running: HashMap::new(),
         client_roots: false,
+        initialized: false,
         asked: 0,
         limit,
     };
@@ -230,6 +236,8 @@ struct Session {
     running: HashMap<String, (AbortHandle, StartedSession)>,
     /// The client declared `roots`.
     client_roots: bool,
+    /// `initialize` was answered.
+    initialized: bool,
     /// `roots/list` requests sent (their ids are `roots-N`).
     asked: u64,
     limit: usize,
@@ -253,8 +261,23 @@ impl Session {
             }
         };
         let id = message.get("id").cloned();
-        let method = message.get("method").and_then(Value::as_str).map(str::to_owned);
         let params = message.get("params").cloned().unwrap_or(Value::Null);
+        let method = match message.get("method") {
+            None => None,
+            Some(Value::String(method)) => Some(method.clone()),
+            Some(_) => {
+                let id = id.unwrap_or(Value::Null);
+                return self
+                    .send(error(&id, -32600, "invalid request: method must be a string"))
+                    .await;
+            }
+        };
+        if method.is_some() && message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+            if let Some(id) = id {
+                self.send(error(&id, -32600, "invalid request: jsonrpc must be \"2.0\"")).await;
+            }
+            return;
+        }
         match (method, id) {
             (Some(method), Some(id)) => self.on_request(&method, id, params).await,
             (Some(method), None) => self.on_notification(&method, &params).await,
@@ -267,11 +290,24 @@ impl Session {
 
     async fn on_request(&mut self, method: &str, id: Value, params: Value) {
         let line = match method {
+            "initialize" if self.initialized => {
+                error(&id, -32600, "initialize may only be sent once per connection")
+            }
+            "tools/list" | "tools/call" if !self.initialized => error(
+                &id,
+                -32600,
+                "the connection is not initialized: send initialize first",
+            ),
             "initialize" => {
+                self.initialized = true;
                 let asked = params.get("protocolVersion").and_then(Value::as_str).unwrap_or("");
                 let version = VERSIONS.iter().find(|v| **v == asked).unwrap_or(&VERSIONS[1]);
                 self.client_roots =
                     params.get("capabilities").and_then(|c| c.get("roots")).is_some();
+                if self.client_roots {
+                    // Nothing runs until the client has named its roots.
+                    self.engine.roots.send_replace(None);
+                }
                 let client = params.pointer("/clientInfo/name").and_then(Value::as_str);
                 tracing::info!(client, version, "MCP initialize");
                 result(&id, json!({
@@ -322,30 +358,43 @@ impl Session {
     }
 
     async fn on_response(&mut self, id: &Value, message: &Value) {
-        let is_roots = id.as_str().is_some_and(|id| id.starts_with("roots-"));
-        let Some(listed) =
-            message.pointer("/result/roots").and_then(Value::as_array).filter(|_| is_roots)
-        else {
-            if is_roots {
-                tracing::warn!(%message, "the client's roots/list failed; keeping the roots");
-            }
-            return;
-        };
-        let roots: Vec<PathBuf> = listed
-            .iter()
-            .filter_map(|root| root.get("uri").and_then(Value::as_str))
-            .filter_map(|uri| crate::dialect::uri::to_path(uri).ok())
-            .collect();
-        if roots.is_empty() {
-            tracing::warn!("the client listed no usable root (file: URIs); keeping the roots");
+        // Only the answer to the latest roots/list counts (a late answer to an
+        // earlier one must not widen newer roots).
+        if id.as_str() != Some(format!("roots-{}", self.asked).as_str()) || self.asked == 0 {
             return;
         }
+        let Some(listed) = message.pointer("/result/roots").and_then(Value::as_array) else {
+            tracing::warn!(%message, "the client's roots/list failed: nothing is writable");
+            self.engine.roots.send_replace(Some(Vec::new()));
+            return;
+        };
+        let mut roots = Vec::new();
+        for uri in listed.iter().filter_map(|root| root.get("uri").and_then(Value::as_str)) {
+            match crate::dialect::uri::to_path(uri) {
+                Ok(path) if path.is_dir() => roots.push(path),
+                Ok(path) => {
+                    tracing::warn!(path = %path.display(), "a root that is not a directory here; left out")
+                }
+                Err(problem) => {
+                    tracing::warn!(uri, problem, "a root that is not a file: URI; left out")
+                }
+            }
+        }
         tracing::info!(?roots, "MCP roots");
-        *lock(&self.engine.roots) = roots;
+        self.engine.roots.send_replace(Some(roots));
     }
 
     fn start_call(&mut self, id: Value, params: Value) {
         let key = id.to_string();
+        if self.running.contains_key(&key) {
+            let line = error(
+                &id,
+                -32600,
+                &format!("request id {key} is already in use by a call under way"),
+            );
+            self.calls.spawn(async move { (String::new(), line) });
+            return;
+        }
         if self.running.len() >= MAX_CALLS {
             let line =
                 error(&id, -32603, &format!("too many tool calls under way (at most {MAX_CALLS})"));
@@ -358,7 +407,7 @@ impl Session {
         let task_key = key.clone();
         let task = self.calls.spawn(async move {
             let token = params.pointer("/_meta/progressToken").cloned();
-            let call = call(&engine, &params, &slot, limit);
+            let call = calls::call(&engine, &params, &slot, limit);
             let line = match token {
                 Some(token) => with_progress(call, &out, token).await,
                 None => call.await,
@@ -393,140 +442,4 @@ where
             }
         }
     }
-}
-
-/// A tool result: the text, and the structured content of a success.
-fn tool_result(outcome: Result<(String, Value), String>) -> Value {
-    match outcome {
-        Ok((text, structured)) => json!({
-            "content": [{"type": "text", "text": text}],
-            "structuredContent": structured,
-            "isError": false
-        }),
-        Err(message) => json!({"content": [{"type": "text", "text": message}], "isError": true}),
-    }
-}
-
-/// `tools/call`: the result, or a protocol error (unknown tool, no name).
-async fn call(
-    engine: &Engine,
-    params: &Value,
-    started: &Mutex<Option<u32>>,
-    limit: usize,
-) -> Result<Value, (i64, String)> {
-    let Some(name) = params.get("name").and_then(Value::as_str) else {
-        return Err((-32602, "tools/call needs a tool name".to_owned()));
-    };
-    let args = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
-    let outcome = match name {
-        "exec_command" => exec_command(engine, &args, started).await,
-        "write_stdin" => match args
-            .get("session_id")
-            .and_then(Value::as_u64)
-            .and_then(|v| u32::try_from(v).ok())
-        {
-            Some(id) => {
-                let chars = args.get("chars").and_then(Value::as_str).unwrap_or("");
-                let wait = millis(&args, "yield_time_ms", 250);
-                engine.exec.write_stdin(id, chars, wait, tokens(&args)).await
-            }
-            None => Err("write_stdin needs session_id, the integer exec_command named".to_owned()),
-        },
-        "kill_session" => match args
-            .get("session_id")
-            .and_then(Value::as_u64)
-            .and_then(|v| u32::try_from(v).ok())
-        {
-            Some(id) => engine.exec.kill(id).await,
-            None => Err("kill_session needs session_id, the integer exec_command named".to_owned()),
-        },
-        "read_file" | "write_file" | "list_dir" => file_tool(engine, name, &args, limit).await,
-        other => return Err((-32602, format!("unknown tool: {other}"))),
-    };
-    Ok(tool_result(outcome))
-}
-
-async fn exec_command(
-    engine: &Engine,
-    args: &Value,
-    started: &Mutex<Option<u32>>,
-) -> Result<(String, Value), String> {
-    let Some(cmd) = args.get("cmd").and_then(Value::as_str) else {
-        return Err("exec_command needs cmd, the shell command to run".to_owned());
-    };
-    let command = Command {
-        cmd: cmd.to_owned(),
-        workdir: args.get("workdir").and_then(Value::as_str).map(PathBuf::from),
-        tty: args.get("tty").and_then(Value::as_bool).unwrap_or(false),
-        yield_time: millis(args, "yield_time_ms", 10_000),
-        max_output_tokens: tokens(args),
-        shell: args.get("shell").and_then(Value::as_str).map(str::to_owned),
-        login: args.get("login").and_then(Value::as_bool).unwrap_or(true),
-    };
-    let roots = lock(&engine.roots).clone();
-    engine.exec.exec_command(command, &roots, started).await
-}
-
-/// A duration argument in milliseconds (at most an hour).
-fn millis(args: &Value, name: &str, default: u64) -> Duration {
-    let ms = args.get(name).and_then(Value::as_u64).unwrap_or(default).min(3_600_000);
-    Duration::from_millis(ms)
-}
-
-fn tokens(args: &Value) -> usize {
-    let tokens = args.get("max_output_tokens").and_then(Value::as_u64).unwrap_or(10_000);
-    usize::try_from(tokens).unwrap_or(usize::MAX).max(1)
-}
-
-async fn file_tool(
-    engine: &Engine,
-    name: &str,
-    args: &Value,
-    limit: usize,
-) -> Result<(String, Value), String> {
-    let Some(path) = args.get("path").and_then(Value::as_str).map(PathBuf::from) else {
-        return Err(format!("{name} needs path, an absolute path beneath the roots"));
-    };
-    let files = current_files(engine).await?;
-    match name {
-        "read_file" => {
-            let offset = args.get("offset").and_then(Value::as_u64).unwrap_or(1);
-            let lines = args.get("limit").and_then(Value::as_u64);
-            files
-                .read(
-                    &path,
-                    usize::try_from(offset).unwrap_or(usize::MAX),
-                    lines.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
-                )
-                .await
-        }
-        "write_file" => {
-            let Some(content) = args.get("content").and_then(Value::as_str) else {
-                return Err("write_file needs content".to_owned());
-            };
-            if content.len() > limit {
-                return Err(format!(
-                    "content of {} bytes is over the limit of {limit}",
-                    content.len()
-                ));
-            }
-            files.write(&path, content).await
-        }
-        _ => {
-            let depth = args.get("depth").and_then(Value::as_u64).unwrap_or(2).clamp(1, 64);
-            files.list(&path, depth as usize).await
-        }
-    }
-}
-
-/// The file tools for the roots of the moment (made again when they changed).
-async fn current_files(engine: &Engine) -> Result<Arc<Files>, String> {
-    let roots = lock(&engine.roots).clone();
-    let mut files = engine.files.lock().await;
-    if let Some(current) = files.as_ref().filter(|f| f.roots() == roots.as_slice()) {
-        return Ok(current.clone());
-    }
-    let made = Arc::new(Files::new(roots).await?);
-    *files = Some(made.clone());
-    Ok(made)
 }

@@ -71,11 +71,55 @@ impl Drop for Session {
     }
 }
 
+/// Sessions by id, and starts under way (which count against the limit).
+#[derive(Default)]
+struct Table {
+    sessions: HashMap<u32, Arc<Session>>,
+    starting: usize,
+}
+
+impl Table {
+    /// Sessions whose process still runs, and starts under way.
+    fn live(&self) -> usize {
+        let running = self.sessions.values().filter(|s| !lock(&s.gathered).done).count();
+        running + self.starting
+    }
+
+    /// Keeps at most [`MAX_KEPT`] sessions: the oldest whose end nobody
+    /// asked for go first (a session that ended is kept to be reported).
+    fn forget_ended(&mut self) {
+        while self.sessions.len() > MAX_KEPT {
+            let oldest = self
+                .sessions
+                .iter()
+                .filter(|(_, s)| lock(&s.gathered).done)
+                .map(|(id, _)| *id)
+                .min();
+            match oldest {
+                Some(id) => self.sessions.remove(&id),
+                None => return,
+            };
+        }
+    }
+}
+
+/// A start under way, counted until dropped.
+struct Starting<'a>(&'a Mutex<Table>);
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        lock(self.0).starting -= 1;
+    }
+}
+
+/// Sessions kept, ended ones included (their last output waits to be read).
+const MAX_KEPT: usize = 4 * MAX_SESSIONS;
+
 /// The sessions of one MCP connection.
 pub(crate) struct Exec {
     client: Client,
     confinement: Confinement,
-    sessions: Mutex<HashMap<u32, Arc<Session>>>,
+    table: Mutex<Table>,
     next: AtomicU32,
 }
 
@@ -85,7 +129,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Exec {
     pub(crate) fn new(client: Client, confinement: Confinement) -> Exec {
-        Exec { client, confinement, sessions: Mutex::new(HashMap::new()), next: AtomicU32::new(1) }
+        Exec { client, confinement, table: Mutex::new(Table::default()), next: AtomicU32::new(1) }
     }
 
     /// `exec_command`: starts `command` beneath `roots` (writable), waits.
@@ -95,14 +139,21 @@ impl Exec {
         roots: &[PathBuf],
         started_session: &Mutex<Option<u32>>,
     ) -> Result<(String, Value), String> {
-        if lock(&self.sessions).len() >= MAX_SESSIONS {
-            return Err(format!(
-                "too many running sessions (at most {MAX_SESSIONS}): end one with kill_session, or let it finish"
-            ));
-        }
+        let _starting = {
+            let mut table = lock(&self.table);
+            if table.live() >= MAX_SESSIONS {
+                return Err(format!(
+                    "too many running sessions (at most {MAX_SESSIONS}): end one with kill_session, or let it finish"
+                ));
+            }
+            table.starting += 1;
+            Starting(&self.table)
+        };
         let started = Instant::now();
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let process_id = format!("mcp-{id}");
+        let process_id = process_id(id);
+        // Known before the start: a call cancelled during it still kills it.
+        *lock(started_session) = Some(id);
         let shell = command.shell.unwrap_or_else(default_shell);
         let flag = if command.login { "-lc" } else { "-c" };
         let cwd = match command.workdir.or_else(|| roots.first().cloned()) {
@@ -123,8 +174,11 @@ impl Exec {
         let changed = Arc::new(Notify::new());
         let pump = tokio::spawn(pump(process, gathered.clone(), changed.clone()));
         let session = Arc::new(Session { process_id, gathered, changed, pump });
-        lock(&self.sessions).insert(id, session.clone());
-        *lock(started_session) = Some(id);
+        {
+            let mut table = lock(&self.table);
+            table.sessions.insert(id, session.clone());
+            table.forget_ended();
+        }
         self.answer(id, &session, started, started + command.yield_time, command.max_output_tokens)
             .await
     }
@@ -162,16 +216,16 @@ impl Exec {
     }
 
     /// Kills the session `id` if it runs (a cancelled call's).
+    /// (Sent whether or not its start finished: the engine takes requests in
+    /// order, so a terminate after a start in flight comes after it.)
     pub(crate) async fn abandon(&self, id: u32) {
-        let session = lock(&self.sessions).remove(&id);
-        if let Some(session) = session {
-            let params = TerminateParams::new(session.process_id.clone());
-            let _ = self.client.call::<ProcessTerminate>(&params).await;
-        }
+        lock(&self.table).sessions.remove(&id);
+        let params = TerminateParams::new(process_id(id));
+        let _ = self.client.call::<ProcessTerminate>(&params).await;
     }
 
     fn session(&self, id: u32) -> Result<Arc<Session>, String> {
-        lock(&self.sessions).get(&id).cloned().ok_or_else(|| {
+        lock(&self.table).sessions.get(&id).cloned().ok_or_else(|| {
             format!("unknown session ID {id}: it exited and was reported, or never existed")
         })
     }
@@ -204,7 +258,7 @@ impl Exec {
             (output, std::mem::take(&mut gathered.dropped), gathered.exit, gathered.done)
         };
         if done {
-            lock(&self.sessions).remove(&id);
+            lock(&self.table).sessions.remove(&id);
         }
         let answer = Answer {
             wall: started.elapsed(),
@@ -216,6 +270,11 @@ impl Exec {
         };
         Ok(answer.render())
     }
+}
+
+/// The engine's process id of session `id`.
+fn process_id(id: u32) -> String {
+    format!("mcp-{id}")
 }
 
 /// Takes the process's output until it ends, then its exit.

@@ -60,7 +60,7 @@ write_file: 14
 read_file: L2: two
 list_dir: ['made', 'notes.txt']
 write outside: True exec-server error -32600: path {}/evil.txt is outside the allowed roots
-bad args: True exec_command needs cmd, the shell command to run
+bad args: True cmd is required: the shell command to run
 had started: True
 cancelled: True
 closed: True
@@ -144,4 +144,139 @@ async fn a_discover_probe_gets_an_mcp_error_and_a_handshake_follows() {
     )
     .await;
     assert_eq!(ours.next().await.unwrap()["result"]["protocolVersion"], "exec-server.v0");
+}
+
+/// An MCP session by hand: lines in, the answers by id (notifications skipped).
+struct Mcp {
+    server: Binary,
+}
+
+impl Mcp {
+    async fn start(cwd: &Path, roots: bool) -> Mcp {
+        let mut command = tokio::process::Command::new(BIN);
+        command.current_dir(cwd).stderr(std::process::Stdio::null());
+        let mut server = Binary::from_command(command);
+        let capabilities = if roots { json!({"roots": {"listChanged": true}}) } else { json!({}) };
+        let init = json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "hand", "version": "1"}}});
+        server.send_line(&init.to_string()).await;
+        assert_eq!(server.next().await.unwrap()["result"]["protocolVersion"], "2025-11-25");
+        server.send_line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).await;
+        Mcp { server }
+    }
+
+    async fn send(&mut self, message: Value) {
+        self.server.send_line(&message.to_string()).await;
+    }
+
+    async fn call(&mut self, id: u64, tool: &str, arguments: Value) {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}})).await;
+    }
+
+    /// The next message that is not a notification.
+    async fn next(&mut self) -> Value {
+        loop {
+            let message = self.server.next().await.expect("the server answered");
+            if message.get("id").is_some() {
+                return message;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn bad_arguments_duplicate_ids_and_the_session_limit_are_refused() {
+    let dir = scratch("mcp-hostile");
+    let mut mcp = Mcp::start(&dir, false).await;
+    for (id, arguments, problem) in [
+        (1, json!({"cmd": "true", "login": "no"}), "login must be true or false"),
+        (
+            2,
+            json!({"cmd": "true", "yield_time_ms": -1}),
+            "yield_time_ms must be an integer from 0 to 3600000",
+        ),
+        (3, json!({"cmd": 5}), "cmd must be a string"),
+        (
+            4,
+            json!({"cmd": "true", "max_output_tokens": 0}),
+            "max_output_tokens must be an integer from 1 to 4294967295",
+        ),
+    ] {
+        mcp.call(id, "exec_command", arguments).await;
+        let answer = mcp.next().await;
+        assert_eq!(
+            answer["result"],
+            json!({"content": [{"type": "text", "text": problem}], "isError": true})
+        );
+    }
+    mcp.call(5, "write_stdin", json!({"session_id": 1u64 << 40})).await;
+    let answer = mcp.next().await;
+    assert_eq!(
+        answer["result"]["content"][0]["text"],
+        "session_id must be an integer from 0 to 4294967295"
+    );
+    mcp.send(json!({"jsonrpc": "2.0", "id": 6, "method": 123})).await;
+    assert_eq!(
+        mcp.next().await["error"],
+        json!({"code": -32600, "message": "invalid request: method must be a string"})
+    );
+    mcp.send(json!({"jsonrpc": "1.0", "id": 7, "method": "ping"})).await;
+    assert_eq!(mcp.next().await["error"]["message"], "invalid request: jsonrpc must be \"2.0\"");
+    // A call under way keeps its id: the same id again is refused.
+    mcp.call(99, "exec_command", json!({"cmd": "sleep 2", "login": false, "yield_time_ms": 5000}))
+        .await;
+    mcp.call(99, "exec_command", json!({"cmd": "true", "login": false})).await;
+    let refused = mcp.next().await;
+    assert_eq!(refused["error"]["message"], "request id 99 is already in use by a call under way");
+    assert_eq!(mcp.next().await["result"]["structuredContent"]["exit_code"], 0);
+    // 70 starts at once: 64 sessions, the rest refused.
+    for id in 100..170u64 {
+        mcp.call(
+            id,
+            "exec_command",
+            json!({"cmd": "exec sleep 60", "login": false, "yield_time_ms": 0}),
+        )
+        .await;
+    }
+    let mut outcomes = std::collections::BTreeMap::new();
+    for _ in 0..70 {
+        let answer = mcp.next().await;
+        let outcome = match answer["result"]["structuredContent"]["session_id"].as_u64() {
+            Some(_) => "running",
+            None if answer["result"]["content"][0]["text"]
+                == "too many running sessions (at most 64): end one with kill_session, or let it finish" =>
+            {
+                "refused"
+            }
+            // The limit of calls under way may meet some first.
+            None if answer["error"]["message"] == "too many tool calls under way (at most 64)" => {
+                "refused"
+            }
+            None => panic!("{answer}"),
+        };
+        *outcomes.entry(outcome).or_insert(0) += 1;
+    }
+    assert_eq!(outcomes, [("refused", 6), ("running", 64)].into());
+}
+
+#[tokio::test]
+async fn commands_wait_for_the_clients_roots_and_write_only_there() {
+    let dir = scratch("mcp-roots");
+    let (cwd, root) = (dir.join("cwd"), dir.join("root"));
+    std::fs::create_dir_all(&cwd).unwrap();
+    std::fs::create_dir_all(&root).unwrap();
+    let mut mcp = Mcp::start(&cwd, true).await;
+    // The server asks for the roots; the call made before the answer waits for it.
+    let ask = within("roots/list", mcp.server.next()).await.unwrap();
+    assert_eq!(ask["method"], "roots/list");
+    let script = format!(
+        "touch {0}/x 2>/dev/null || echo cwd-held; touch {1}/y && echo root-written",
+        cwd.display(),
+        root.display()
+    );
+    mcp.call(1, "exec_command", json!({"cmd": script, "login": false})).await;
+    let roots = json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"roots": [{"uri": format!("file://{}", root.display())}, {"uri": "file://elsewhere/x"}]}});
+    mcp.send(roots).await;
+    let answer = mcp.next().await;
+    assert_eq!(answer["result"]["structuredContent"]["output"], "cwd-held\nroot-written\n");
+    assert!(!cwd.join("x").exists() && root.join("y").exists());
 }
