@@ -216,9 +216,6 @@ where
                     Ok(inode) => {
                         let fd = stream.as_raw_fd();
                         pending.start(fd, upgrade(stream, peer, inode, shared.clone()));
-                        // Let the handshakes run between arrivals: one already
-                        // sent reads its request before a flood can push it out.
-                        tokio::task::yield_now().await;
                     }
                 },
                 Ok(Accepted::Unix(stream)) => {
@@ -344,7 +341,16 @@ async fn upgrade(mut stream: TcpStream, peer: SocketAddr, inode: Option<u64>, sh
         true
     };
     let auth = shared.options.auth.clone();
-    let verify = verify_holder(inode, peer);
+    // Without a token every local peer is the owner's: its holder is checked
+    // at once, while its request is still on the way. With a token, only
+    // after the token is good, so an unauthenticated flood costs no walk.
+    let early = if auth.needs_token() { None } else { Some(verify_holder(inode, peer).await) };
+    let verify = async move {
+        match early {
+            Some(checked) => checked,
+            None => verify_holder(inode, peer).await,
+        }
+    };
     let handshake = handshake::handshake(&mut stream, &auth, verify, admit);
     let (leftover, request_id) = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
         Ok(Ok(Outcome::Upgraded { leftover, request_id })) => (leftover, request_id),

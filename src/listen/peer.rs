@@ -302,10 +302,10 @@ pub(crate) enum Holder {
     Nobody,
 }
 
-/// Who holds the socket `inode`: the server itself, its descendants (those in
-/// a PID namespace other than the server's, or below one, are sandboxed),
-/// then its ancestors (the usual client: the program that launched it), then
-/// every other process this user may inspect. A socket no process outside
+/// Who holds the socket `inode`: the server's ancestors (the usual client:
+/// the program that launched it), the server itself, its descendants (those
+/// in a PID namespace other than the server's, or below one, are sandboxed),
+/// then every other process this user may inspect. A socket no process outside
 /// the sandboxes holds is never served: a sandboxed process that hides its
 /// socket in flight during the walk gets [`Holder::Nobody`]. `None` when
 /// more than `budget` processes would be looked at (the caller walks them
@@ -316,11 +316,23 @@ pub(crate) fn holder(inode: u64, budget: usize) -> io::Result<Option<Holder>> {
     let wanted = format!("socket:[{inode}]");
     let mut seen = std::collections::HashSet::new();
     seen.insert(std::process::id());
+    let over = |seen: &std::collections::HashSet<u32>| seen.len() > budget.min(MAX_WALK);
+    // The ancestors, nearest first (the usual client: the program that
+    // launched the server). A socket made outside a sandbox never enters one
+    // (nothing outside shares a socket with it), so a holder here is enough.
+    let mut ancestor = parent_of(std::process::id());
+    while let Some(pid) = ancestor.filter(|pid| *pid > 0 && seen.insert(*pid)) {
+        if holds(pid, &wanted)? {
+            return Ok(Some(Holder::Outside));
+        }
+        ancestor = parent_of(pid);
+    }
     // The server itself (a client embedded in the same process).
     if holds(std::process::id(), &wanted)? {
         return Ok(Some(Holder::Outside));
     }
-    let over = |seen: &std::collections::HashSet<u32>| seen.len() > budget.min(MAX_WALK);
+    // The descendants: one in a PID namespace other than the server's, or
+    // below one, is sandboxed.
     // (pid, in a sandbox) of each descendant still to look at.
     let mut pending: Vec<(u32, bool)> =
         children(std::process::id())?.into_iter().map(|pid| (pid, false)).collect();
@@ -342,14 +354,7 @@ pub(crate) fn holder(inode: u64, budget: usize) -> io::Result<Option<Holder>> {
         }
         pending.extend(children(pid)?.into_iter().map(|child| (child, sandboxed)));
     }
-    // The ancestors, nearest first, then everyone else.
-    let mut ancestor = parent_of(std::process::id());
-    while let Some(pid) = ancestor.filter(|pid| *pid > 0 && seen.insert(*pid)) {
-        if holds(pid, &wanted)? {
-            return Ok(Some(Holder::Outside));
-        }
-        ancestor = parent_of(pid);
-    }
+    // Everyone else.
     let processes = std::fs::read_dir("/proc")?;
     for entry in processes {
         let Some(pid) = entry?.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
