@@ -303,26 +303,43 @@ const UNCHECKED_PEER: &str =
     "connection refused: cannot tell whether the peer is a process in one of this server's sandboxes";
 
 /// Whether a process outside the server's sandboxes holds a local peer's
-/// socket (`inode`; `None`: the peer is not local): a short walk on the
-/// listener's loop (a thread hop costs more), a long one on a blocking thread.
+/// socket (`inode`; `None`: the peer is not local): the server's ancestors
+/// on the listener's loop (the usual client; a few reads), the rest of
+/// `/proc` on a blocking thread.
 async fn verify_holder(inode: Option<u64>, peer: SocketAddr) -> Result<(), String> {
     let Some(inode) = inode else { return Ok(()) };
-    let held = match peer::holder(inode, peer::INLINE_WALK) {
-        Ok(None) => {
-            let walk = move || peer::holder(inode, usize::MAX);
-            tokio::task::spawn_blocking(walk).await.unwrap_or_else(|e| Err(io::Error::other(e)))
+    let held = match peer::held_by_ancestor(inode) {
+        Ok(true) => Ok(peer::Holder::Outside),
+        Ok(false) => {
+            // The walk of /proc runs off the loop, a few at a time; a walk
+            // whose handshake went (evicted, timed out) still ends on its own.
+            match WALKS.acquire().await {
+                Ok(permit) => {
+                    let walk = move || {
+                        let _permit = permit;
+                        peer::holder(inode)
+                    };
+                    tokio::task::spawn_blocking(walk)
+                        .await
+                        .unwrap_or_else(|e| Err(io::Error::other(e)))
+                }
+                Err(error) => Err(io::Error::other(error)),
+            }
         }
-        done => done,
+        Err(error) => Err(error),
     };
     let refusal = match held {
-        Ok(Some(peer::Holder::Outside)) => return Ok(()),
-        Ok(Some(peer::Holder::Sandboxed) | None) => SANDBOXED_PEER.to_owned(),
-        Ok(Some(peer::Holder::Nobody)) => UNHELD_PEER.to_owned(),
+        Ok(peer::Holder::Outside) => return Ok(()),
+        Ok(peer::Holder::Sandboxed) => SANDBOXED_PEER.to_owned(),
+        Ok(peer::Holder::Nobody) => UNHELD_PEER.to_owned(),
         Err(error) => format!("{UNCHECKED_PEER} ({error})"),
     };
     REFUSALS.log(&format!("{refusal} (peer {peer})"));
     Err(refusal)
 }
+
+/// Walks of `/proc` for a peer's holder at once (each a blocking thread).
+static WALKS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(4);
 
 /// One connection from accept to upgrade, on the listener's runtime: the
 /// handshake, bounded by [`HANDSHAKE_TIMEOUT`], in which an authenticated

@@ -33,6 +33,7 @@ use tokio::task::{AbortHandle, JoinSet};
 
 use self::exec::Exec;
 use self::files::Files;
+use crate::client::lock;
 use crate::server::Config;
 use crate::transport;
 
@@ -125,10 +126,6 @@ struct Engine {
     files: tokio::sync::Mutex<Option<Arc<Files>>>,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// A JSON-RPC 2.0 result line.
 fn result(id: &Value, result: Value) -> String {
     json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
@@ -157,7 +154,12 @@ where
     let client = crate::Client::in_process(config)
         .await
         .map_err(|e| io::Error::other(format!("cannot start the engine: {e}")))?;
-    let cwd = std::env::current_dir()?;
+    let cwd = std::env::current_dir().map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot read the current directory, the default root: {e}"),
+        )
+    })?;
     let engine = Arc::new(Engine {
         exec: Exec::new(client, confinement),
         roots: tokio::sync::watch::Sender::new(Some(vec![cwd])),

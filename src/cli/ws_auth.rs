@@ -119,8 +119,7 @@ fn read_secret(path: &Path, flag: &str) -> Result<String, String> {
     let named = |e: std::io::Error| format!("{flag} {}: {e}", path.display());
     let mut file = std::fs::File::open(path).map_err(named)?;
     let meta = file.metadata().map_err(named)?;
-    // SAFETY: geteuid cannot fail.
-    let uid = unsafe { libc::geteuid() };
+    let uid = crate::listen::euid();
     if !meta.is_file() || meta.uid() != uid {
         return Err(format!(
             "{flag} {}: the file must be a regular file of uid {uid} (it is uid {})",

@@ -302,38 +302,47 @@ pub(crate) enum Holder {
     Nobody,
 }
 
-/// Who holds the socket `inode`: the server's ancestors (the usual client:
-/// the program that launched it), the server itself, its descendants (those
-/// in a PID namespace other than the server's, or below one, are sandboxed),
-/// then every other process this user may inspect. A socket no process outside
-/// the sandboxes holds is never served: a sandboxed process that hides its
-/// socket in flight during the walk gets [`Holder::Nobody`]. `None` when
-/// more than `budget` processes would be looked at (the caller walks them
-/// off its loop); an error when the walk cannot be made (out of
-/// descriptors), which the caller refuses (fail closed).
-pub(crate) fn holder(inode: u64, budget: usize) -> io::Result<Option<Holder>> {
+/// Whether one of the server's ancestors holds the socket `inode` (the
+/// usual client: the program that launched the server). Cheap: the chain of
+/// parents only. A socket made outside a sandbox never enters one (nothing
+/// outside shares a socket with a sandbox), so such a holder is enough.
+pub(crate) fn held_by_ancestor(inode: u64) -> io::Result<bool> {
+    let wanted = format!("socket:[{inode}]");
+    let mut ancestor = parent_of(std::process::id());
+    let mut hops = 0;
+    while let Some(pid) = ancestor.filter(|pid| *pid > 0 && hops < MAX_HOPS) {
+        if holds(pid, &wanted)? {
+            return Ok(true);
+        }
+        hops += 1;
+        ancestor = parent_of(pid);
+    }
+    Ok(false)
+}
+
+/// Parents followed at most.
+const MAX_HOPS: usize = 64;
+
+/// Who holds the socket `inode`: the server itself, its descendants (those
+/// in a PID namespace other than the server's, or below one, are
+/// sandboxed), then every other process this user may inspect (ancestors
+/// included). A socket no process outside the sandboxes holds is never
+/// served: a sandboxed process that hides its socket in flight during the
+/// walk gets [`Holder::Nobody`]. Blocking (it reads `/proc`); an error when
+/// the walk cannot be made (out of descriptors, or over [`MAX_WALK`]
+/// processes), which the caller refuses (fail closed).
+pub(crate) fn holder(inode: u64) -> io::Result<Holder> {
     let own_ns = pid_namespace(std::process::id())?;
     let wanted = format!("socket:[{inode}]");
     let mut seen = std::collections::HashSet::new();
     seen.insert(std::process::id());
-    let over = |seen: &std::collections::HashSet<u32>| seen.len() > budget.min(MAX_WALK);
-    // The ancestors, nearest first (the usual client: the program that
-    // launched the server). A socket made outside a sandbox never enters one
-    // (nothing outside shares a socket with it), so a holder here is enough.
-    let mut ancestor = parent_of(std::process::id());
-    while let Some(pid) = ancestor.filter(|pid| *pid > 0 && seen.insert(*pid)) {
-        if holds(pid, &wanted)? {
-            return Ok(Some(Holder::Outside));
-        }
-        ancestor = parent_of(pid);
-    }
+    let over = |seen: &std::collections::HashSet<u32>| seen.len() > MAX_WALK;
+    let too_many = || io::Error::other(format!("over {MAX_WALK} processes to look at"));
     // The server itself (a client embedded in the same process).
     if holds(std::process::id(), &wanted)? {
-        return Ok(Some(Holder::Outside));
+        return Ok(Holder::Outside);
     }
-    // The descendants: one in a PID namespace other than the server's, or
-    // below one, is sandboxed.
-    // (pid, in a sandbox) of each descendant still to look at.
+    // The descendants, each with whether it is in a sandbox.
     let mut pending: Vec<(u32, bool)> =
         children(std::process::id())?.into_iter().map(|pid| (pid, false)).collect();
     while let Some((pid, inherited)) = pending.pop() {
@@ -341,7 +350,7 @@ pub(crate) fn holder(inode: u64, budget: usize) -> io::Result<Option<Holder>> {
             continue;
         }
         if over(&seen) {
-            return Ok(None);
+            return Err(too_many());
         }
         let sandboxed = inherited
             || match pid_namespace(pid) {
@@ -350,29 +359,27 @@ pub(crate) fn holder(inode: u64, budget: usize) -> io::Result<Option<Holder>> {
                 Err(error) => return Err(error),
             };
         if holds(pid, &wanted)? {
-            return Ok(Some(if sandboxed { Holder::Sandboxed } else { Holder::Outside }));
+            return Ok(if sandboxed { Holder::Sandboxed } else { Holder::Outside });
         }
         pending.extend(children(pid)?.into_iter().map(|child| (child, sandboxed)));
     }
-    // Everyone else.
-    let processes = std::fs::read_dir("/proc")?;
-    for entry in processes {
+    // Everyone else: not a descendant, so never one of ours in a sandbox (a
+    // process cannot leave its PID namespace, and the server is a subreaper).
+    for entry in std::fs::read_dir("/proc")? {
         let Some(pid) = entry?.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
             continue;
         };
         if !seen.insert(pid) {
             continue;
         }
-        if seen.len() > budget {
-            return Ok(None);
+        if over(&seen) {
+            return Err(too_many());
         }
-        // Not a descendant: never one of ours in a sandbox (a process cannot
-        // leave its PID namespace, and the server is a subreaper).
         if holds(pid, &wanted)? {
-            return Ok(Some(Holder::Outside));
+            return Ok(Holder::Outside);
         }
     }
-    Ok(Some(Holder::Nobody))
+    Ok(Holder::Nobody)
 }
 
 fn parent_of(pid: u32) -> Option<u32> {
@@ -380,11 +387,8 @@ fn parent_of(pid: u32) -> Option<u32> {
     status.lines().find_map(|line| line.strip_prefix("PPid:")).and_then(|v| v.trim().parse().ok())
 }
 
-/// The most descendants the walk looks at before it refuses anyway.
+/// The most processes the walk looks at before it refuses anyway.
 const MAX_WALK: usize = 65_536;
-/// Processes looked at on the listener's loop (tens of microseconds); a
-/// longer walk runs on a blocking thread.
-pub(crate) const INLINE_WALK: usize = 64;
 
 /// Whether a `/proc` read failed because the process is gone.
 fn gone(error: &io::Error) -> bool {
@@ -464,7 +468,7 @@ mod tests {
             assert_eq!(own.to_str().unwrap(), format!("socket:[{}]", found.inode));
             assert_eq!(proc_net(unmapped(local), unmapped(peer)).unwrap(), found);
             // Held by this process (a client embedded beside the server).
-            assert_eq!(holder(found.inode, usize::MAX).unwrap(), Some(Holder::Outside));
+            assert_eq!(holder(found.inode).unwrap(), Holder::Outside);
             // Closed by its process: an orphan with inode 0 and uid 0, never root's.
             drop(client);
             let closed = PeerLookup::new().lookup(local, peer).unwrap_err();
@@ -474,7 +478,7 @@ mod tests {
             );
             assert!(proc_net(unmapped(local), unmapped(peer)).is_err());
             // A socket nobody holds.
-            assert_eq!(holder(found.inode, usize::MAX).unwrap(), Some(Holder::Nobody));
+            assert_eq!(holder(found.inode).unwrap(), Holder::Nobody);
             drop(accepted);
         }
     }

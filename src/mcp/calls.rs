@@ -207,11 +207,12 @@ async fn current_files(engine: &Engine) -> Result<Arc<Files>, String> {
                 .to_owned(),
         );
     }
-    let mut files = engine.files.lock().await;
-    if let Some(current) = files.as_ref().filter(|f| f.roots() == roots.as_slice()) {
-        return Ok(current.clone());
+    let current = engine.files.lock().await.clone();
+    if let Some(current) = current.filter(|f| f.roots() == roots.as_slice()) {
+        return Ok(current);
     }
+    // Made without the lock held (it starts a server); the last made wins.
     let made = Arc::new(Files::new(roots).await?);
-    *files = Some(made.clone());
+    *engine.files.lock().await = Some(made.clone());
     Ok(made)
 }

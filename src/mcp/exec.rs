@@ -17,6 +17,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::text::Answer;
+use crate::client::lock;
 use crate::protocol::{ProcessTerminate, ProcessWrite, TerminateParams, WriteParams};
 use crate::{Client, Sandbox, StartParams};
 
@@ -123,10 +124,6 @@ pub(crate) struct Exec {
     next: AtomicU32,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 impl Exec {
     pub(crate) fn new(client: Client, confinement: Confinement) -> Exec {
         Exec { client, confinement, table: Mutex::new(Table::default()), next: AtomicU32::new(1) }
@@ -169,7 +166,11 @@ impl Exec {
                 Sandbox::restricted(roots.iter().cloned()).network(self.confinement.network),
             );
         }
-        let process = self.client.start(params).await.map_err(|e| e.to_string())?;
+        let process = self
+            .client
+            .start(params)
+            .await
+            .map_err(|e| format!("cannot start `{}` in {}: {e}", command.cmd, cwd.display()))?;
         let gathered = Arc::new(Mutex::new(Gathered::default()));
         let changed = Arc::new(Notify::new());
         let pump = tokio::spawn(pump(process, gathered.clone(), changed.clone()));

@@ -108,7 +108,10 @@ fn reopen_stdio(tty: Option<&std::path::Path>) -> Result<(), String> {
             )?;
             let moved = libc::dup2(again, fd);
             libc::close(again);
-            check(moved.into(), "cannot replace a standard descriptor")?;
+            check(
+                moved.into(),
+                &format!("cannot replace descriptor {fd} with {}", path.to_string_lossy()),
+            )?;
         }
     }
     Ok(())
