@@ -218,14 +218,15 @@ pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> E
                         () = hangup => tracing::info!("stdout was closed; shutting down"),
                     }
                 };
-                let face = crate::mcp::Face {
+                let face = crate::stdio::Face {
                     forced: cli.mcp,
                     confinement: crate::mcp::Confinement {
                         sandbox: !cli.mcp_unsandboxed,
                         network: cli.mcp_network,
                     },
                 };
-                let result = crate::mcp::serve_stdio(reader, writer, config, face, shutdown).await;
+                let result =
+                    crate::stdio::serve_stdio(reader, writer, config, face, shutdown).await;
                 drop(guard);
                 result
             }

@@ -1,17 +1,19 @@
 //! `--listen ws://IP:PORT`: JSON-RPC over WebSocket, one session per connection.
 //!
-//! Each connection runs on a thread of its own (a current-thread runtime), so
-//! one connection's large reply or burst of work never stalls another: its
-//! handshake ([`handshake`], bounded by [`HANDSHAKE_TIMEOUT`]), its frames
-//! ([`frames`]), and its process table and loop ([`crate::server`]'s
-//! `serve`), exactly as a stdio session. A reader task turns frames into
-//! messages and a writer task lines into text frames and pings the peer every
-//! 30 s; a peer silent for a whole ping period is dropped. Upgrades carrying
-//! an `Origin` header are refused (403): a web page must never drive the
-//! server. With a token, every upgrade must carry `Authorization: Bearer
-//! TOKEN` (else 401). Beyond `--max-connections` a connection gets 503 at
-//! once; when the process is out of descriptors, the accept loop pauses
-//! instead of spinning.
+//! The accept loop decides on each TCP peer before reading it ([`peer`]: a
+//! local peer of another uid is refused without a token), then its upgrade
+//! runs as a task of the listener ([`pending`], bounded, the idle evicted
+//! first): the request ([`handshake`], bounded by [`HANDSHAKE_TIMEOUT`]),
+//! the token ([`auth`]), and who holds the peer's socket (never a process in
+//! one of the server's sandboxes). Only an upgraded connection gets a thread
+//! of its own (a current-thread runtime), so one connection's large reply or
+//! burst of work never stalls another: its frames ([`frames`], charged as
+//! they arrive), its reader and writer tasks ([`ws`]: pings every 30 s, a
+//! silent peer dropped) and its process table and loop ([`crate::server`]'s
+//! `serve`), exactly as a stdio session. Upgrades carrying an `Origin`
+//! header are refused (403). Beyond `--max-connections` upgraded connections
+//! an upgrade gets 503; when the process is out of descriptors, the accept
+//! loop pauses instead of spinning.
 
 mod auth;
 mod frames;
@@ -19,6 +21,7 @@ mod handshake;
 mod peer;
 mod pending;
 mod unix;
+mod ws;
 
 pub(crate) use self::auth::parse_sha256;
 pub use self::auth::{sign_hs256, Auth, SignedBearer, DEFAULT_CLOCK_SKEW};
@@ -31,21 +34,19 @@ pub(crate) use self::unix::{
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 
-use self::frames::{Event, MessageBudget, Reader};
+use self::frames::MessageBudget;
 use self::handshake::Outcome;
 use self::pending::Pending;
 use crate::fs::Roots;
-use crate::server::{serve_resumable, Channels, Config, OnEof, Sessions};
+use crate::server::{serve_resumable, Config, OnEof, Sessions};
 pub use crate::sessions::{DEFAULT_MAX_DETACHED_SESSIONS, DEFAULT_SESSION_TTL};
-use crate::transport::Incoming;
 
 /// How often the server pings each peer; a peer silent for a whole period is dropped.
 pub const PING_INTERVAL: Duration = Duration::from_secs(30);
@@ -583,9 +584,9 @@ async fn serve_websocket(stream: TcpStream, leftover: Vec<u8>, context: Context)
     let Context { options, roots, budget, retained, sessions, stopped, _done, active, slot } =
         context;
     let _active = active;
-    drop_dead_peers(&stream);
+    ws::drop_dead_peers(&stream);
     let limit = options.config.max_message_bytes;
-    let channels = bridge(stream, leftover, limit, budget, options.ping_interval);
+    let channels = ws::bridge(stream, leftover, limit, budget, options.ping_interval);
     let config = Config { on_eof: OnEof::Kill, ..options.config.clone() };
     serve_resumable(channels, roots, &config, retained, &sessions, slot, stopping(stopped)).await;
     tracing::info!("connection's thread done");
@@ -594,162 +595,4 @@ async fn serve_websocket(stream: TcpStream, leftover: Vec<u8>, context: Context)
 /// Completes when the listener stops.
 async fn stopping(mut stopped: watch::Receiver<bool>) {
     let _ = stopped.wait_for(|stop| *stop).await;
-}
-
-/// Lets the kernel end a connection whose peer vanished without a word (keepalive
-/// probes after 30 s idle, and data unacknowledged for 60 s), which a writer
-/// blocked on a full send buffer could not notice by pinging.
-fn drop_dead_peers(stream: &TcpStream) {
-    use std::os::fd::AsRawFd;
-    let fd = stream.as_raw_fd();
-    let options: [(libc::c_int, libc::c_int, libc::c_int); 5] = [
-        (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1),
-        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 30),
-        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 10),
-        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3),
-        (libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, 60_000),
-    ];
-    for (level, name, value) in options {
-        // SAFETY: setsockopt reads one c_int from `value` for the socket we own.
-        unsafe {
-            libc::setsockopt(
-                fd,
-                level,
-                name,
-                std::ptr::addr_of!(value).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-    }
-}
-
-/// What the reader asks the writer to send besides lines.
-enum Control {
-    Pong(Vec<u8>),
-    Close(u16, &'static str),
-}
-
-/// The reader and writer tasks of one WebSocket, as the loop's channels.
-fn bridge(
-    stream: TcpStream,
-    leftover: Vec<u8>,
-    limit: usize,
-    budget: MessageBudget,
-    ping_interval: Duration,
-) -> Channels {
-    let (read_half, write_half) = stream.into_split();
-    let (incoming_tx, incoming) = mpsc::channel(2);
-    let (outgoing, mut lines) = mpsc::channel::<String>(4);
-    let (control_tx, mut control) = mpsc::channel::<Control>(8);
-    let heard = Arc::new(AtomicBool::new(true));
-    let heard_by_reader = heard.clone();
-    let reader = tokio::spawn(async move {
-        let mut frames = Reader::new(read_half, leftover, limit, budget);
-        loop {
-            let event = match frames.next().await {
-                Ok(Some(event)) => event,
-                Ok(None) => break,
-                Err(error) => {
-                    tracing::info!(%error, "WebSocket read failed; closing");
-                    break;
-                }
-            };
-            heard_by_reader.store(true, Ordering::Relaxed);
-            let message = match event {
-                Event::Message { text, bytes, _held } => {
-                    if text && std::str::from_utf8(&bytes).is_err() {
-                        let _ = control_tx
-                            .send(Control::Close(
-                                frames::CLOSE_INVALID,
-                                "a text frame was not UTF-8",
-                            ))
-                            .await;
-                        break;
-                    }
-                    let message = Incoming::decode(&bytes, FRAME_ERROR);
-                    drop(bytes);
-                    drop(_held);
-                    message
-                }
-                Event::TooLong => Incoming::TooLong { limit },
-                Event::Starved => Incoming::Malformed(format!(
-                    "the message was discarded: the server's budget for incoming messages ({} MiB across connections) stayed full for {:?}; send it again later",
-                    MESSAGE_BUDGET >> 20,
-                    frames::BUDGET_WAIT
-                )),
-                Event::Ping(payload) => {
-                    let _ = control_tx.send(Control::Pong(payload)).await;
-                    continue;
-                }
-                Event::Close(code) => {
-                    tracing::debug!(?code, "the peer closed the WebSocket");
-                    let _ = control_tx.send(Control::Close(frames::CLOSE_NORMAL, "")).await;
-                    break;
-                }
-                Event::Broken { code, reason } => {
-                    tracing::info!(reason, "the peer broke the WebSocket protocol; closing");
-                    let _ = control_tx.send(Control::Close(code, reason)).await;
-                    break;
-                }
-            };
-            if incoming_tx.send(message).await.is_err() {
-                break;
-            }
-        }
-    });
-    let writer = tokio::spawn(async move {
-        let mut sink = BufWriter::with_capacity(64 * 1024, write_half);
-        let mut ping = tokio::time::interval(ping_interval);
-        ping.tick().await;
-        // A peer that takes our frames is alive even if its pong waits behind them.
-        let mut delivered = false;
-        let mut closing: Option<(u16, &'static str)> = None;
-        let mut control_open = true;
-        loop {
-            tokio::select! {
-                line = lines.recv() => match line {
-                    Some(line) => {
-                        frames::write_frame(&mut sink, frames::OP_TEXT, line.as_bytes()).await?;
-                        while let Ok(line) = lines.try_recv() {
-                            frames::write_frame(&mut sink, frames::OP_TEXT, line.as_bytes()).await?;
-                        }
-                        sink.flush().await?;
-                        delivered = true;
-                    }
-                    None => break,
-                },
-                request = control.recv(), if control_open => match request {
-                    Some(Control::Pong(payload)) => {
-                        frames::write_frame(&mut sink, frames::OP_PONG, &payload).await?;
-                        sink.flush().await?;
-                    }
-                    Some(Control::Close(code, reason)) => {
-                        // The loop ends once the reader has ended; its last replies still go out.
-                        closing = Some((code, reason));
-                        control_open = false;
-                    }
-                    None => control_open = false,
-                },
-                _ = ping.tick() => {
-                    let progressed = std::mem::take(&mut delivered);
-                    if !heard.swap(false, Ordering::Relaxed) && !progressed {
-                        tracing::info!("the peer answered no ping for {ping_interval:?}; closing");
-                        return Err(io::Error::new(io::ErrorKind::TimedOut, "peer went silent"));
-                    }
-                    frames::write_frame(&mut sink, frames::OP_PING, b"").await?;
-                    sink.flush().await?;
-                }
-            }
-        }
-        let (code, reason) = closing.unwrap_or((frames::CLOSE_NORMAL, ""));
-        let mut payload = code.to_be_bytes().to_vec();
-        payload.extend_from_slice(reason.as_bytes());
-        let _ = frames::write_frame(&mut sink, frames::OP_CLOSE, &payload).await;
-        let _ = sink.flush().await;
-        let _ = sink.shutdown().await;
-        Ok(())
-    });
-    // A close frame ends the reader after the frames before it are taken.
-    let (_, input_ended) = oneshot::channel();
-    Channels { incoming, outgoing, reader, writer, input_ended }
 }

@@ -1,5 +1,5 @@
 //! The MCP face: a stdio connection whose first message is MCP's (see
-//! [`sniff`]) is served as a Model Context Protocol server (versions
+//! [`sniff`]; `crate::stdio` chooses) is served as a Model Context Protocol server (versions
 //! 2025-06-18 and 2025-11-25) with Codex's exec and file tools. It is an edge
 //! like the dialects: MCP calls become calls of our own [`crate::Client`]
 //! to the one engine, a server running in this process ([`exec`] for
@@ -19,6 +19,7 @@ mod text;
 mod tools;
 
 pub(crate) use self::exec::Confinement;
+pub(crate) use self::sniff::opens_mcp;
 
 use std::collections::HashMap;
 use std::io;
@@ -27,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
@@ -39,8 +40,6 @@ use crate::transport;
 
 /// The MCP versions served; the last is answered to a client that asks for another.
 const VERSIONS: [&str; 2] = ["2025-06-18", "2025-11-25"];
-/// The most of the first line looked at to choose the face.
-const SNIFF_LIMIT: usize = 64 * 1024;
 /// How often a long call with a `progressToken` reports progress.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a tool call waits for the client's first `roots/list` answer.
@@ -49,71 +48,6 @@ pub(crate) const ROOTS_WAIT: Duration = Duration::from_secs(10);
 const EOF_LINGER: Duration = Duration::from_secs(10);
 /// Tool calls running at once; beyond, a call is answered with an error.
 const MAX_CALLS: usize = 64;
-
-/// How the MCP face is chosen and confines commands.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Face {
-    /// `--mcp`: MCP whatever the first message.
-    pub(crate) forced: bool,
-    pub(crate) confinement: Confinement,
-}
-
-/// Serves stdio: MCP when the first message is MCP's (or `--mcp`), else the
-/// exec-server protocol, as always.
-pub(crate) async fn serve_stdio<R, W, S>(
-    mut reader: R,
-    writer: W,
-    config: Config,
-    face: Face,
-    shutdown: S,
-) -> io::Result<()>
-where
-    R: AsyncRead + Unpin + Send + 'static,
-    W: AsyncWrite + Unpin + Send + 'static,
-    S: std::future::Future<Output = ()>,
-{
-    tokio::pin!(shutdown);
-    let first = tokio::select! {
-        first = first_line(&mut reader) => first?,
-        () = &mut shutdown => return Ok(()),
-    };
-    let mcp = face.forced || sniff::opens_mcp(first_non_blank(&first));
-    let reader = std::io::Cursor::new(first).chain(reader);
-    if mcp {
-        serve(reader, writer, config, face.confinement, shutdown).await
-    } else {
-        crate::server::run_until(reader, writer, config, shutdown).await
-    }
-}
-
-/// The bytes up to the first line that is not blank (with its newline), at
-/// most [`SNIFF_LIMIT`], or up to the end of input.
-async fn first_line<R: AsyncRead + Unpin>(reader: &mut R) -> io::Result<Vec<u8>> {
-    let mut bytes = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(end) = bytes.iter().position(|b| *b == b'\n') {
-            if !bytes[..end].iter().all(u8::is_ascii_whitespace) {
-                return Ok(bytes);
-            }
-        }
-        if bytes.len() >= SNIFF_LIMIT {
-            return Ok(bytes);
-        }
-        let read = reader.read(&mut chunk).await?;
-        if read == 0 {
-            return Ok(bytes);
-        }
-        bytes.extend_from_slice(&chunk[..read]);
-    }
-}
-
-fn first_non_blank(bytes: &[u8]) -> &[u8] {
-    bytes
-        .split(|b| *b == b'\n')
-        .find(|line| !line.iter().all(u8::is_ascii_whitespace))
-        .unwrap_or(&[])
-}
 
 /// What the tools share.
 struct Engine {
@@ -137,7 +71,7 @@ fn error(id: &Value, code: i64, message: &str) -> String {
 }
 
 /// Serves one MCP connection until its input ends or `shutdown`.
-async fn serve<R, W, S>(
+pub(crate) async fn serve<R, W, S>(
     reader: R,
     writer: W,
     config: Config,

@@ -6,6 +6,10 @@
 //! Pipes are switched to non-blocking mode while in use; [`FlagsGuard`] puts the
 //! original flags back when dropped.
 
+mod face;
+
+pub(crate) use self::face::{serve_stdio, Face};
+
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
