@@ -465,29 +465,15 @@ struct Shared {
 impl Shared {
     /// The context of a connection that holds `slot`.
     fn context(self, slot: ActiveGuard) -> Context {
-        Context {
-            active: ActiveGuard::new(&self.active),
-            options: self.options,
-            roots: self.roots,
-            budget: self.budget,
-            retained: self.retained,
-            sessions: self.sessions,
-            stopped: self.stopped,
-            _done: self.done,
-            slot,
-        }
+        Context { active: ActiveGuard::new(&self.active), shared: self, slot }
     }
 }
 
-/// What a connection's thread takes along.
+/// What a connection's thread takes along: what every connection shares
+/// (its `done` sender held until the thread ends), and its counts.
 struct Context {
-    options: Arc<ListenOptions>,
-    roots: Arc<Roots>,
-    budget: MessageBudget,
-    retained: Arc<crate::process::Account>,
-    sessions: Arc<Sessions>,
-    stopped: watch::Receiver<bool>,
-    _done: mpsc::Sender<()>,
+    shared: Shared,
+    /// Counts the thread (for the idle exit).
     active: ActiveGuard,
     /// Counts the connection while attached.
     slot: ActiveGuard,
@@ -581,9 +567,8 @@ fn refuse(socket: BorrowedFd<'_>, answer: &[u8]) {
 
 /// Serves an upgraded WebSocket connection (on its own thread's runtime).
 async fn serve_websocket(stream: TcpStream, leftover: Vec<u8>, context: Context) {
-    let Context { options, roots, budget, retained, sessions, stopped, _done, active, slot } =
-        context;
-    let _active = active;
+    let Context { shared, active: _active, slot } = context;
+    let Shared { options, roots, budget, retained, sessions, stopped, done: _done, .. } = shared;
     ws::drop_dead_peers(&stream);
     let limit = options.config.max_message_bytes;
     let channels = ws::bridge(stream, leftover, limit, budget, options.ping_interval);

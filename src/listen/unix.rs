@@ -289,8 +289,8 @@ fn refusal(message: String) -> String {
 
 /// Serves one Unix-socket connection (on its own thread's runtime).
 pub(super) async fn connection(stream: UnixStream, context: Context) {
-    let Context { options, roots, retained, sessions, stopped, _done, active, slot, .. } = context;
-    let _active = active;
+    let Context { shared, active: _active, slot } = context;
+    let super::Shared { options, roots, retained, sessions, stopped, done: _done, .. } = shared;
     let uid = euid();
     match peer_uid(&stream) {
         Ok(peer) if peer == uid => {}

@@ -45,30 +45,27 @@ impl Account {
     }
 
     fn add(&self, bytes: usize) {
-        self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        if let Some(parent) = &self.parent {
-            parent.add(bytes);
-        }
+        self.each(|account| account.bytes.fetch_add(bytes, Ordering::Relaxed));
     }
 
     fn sub(&self, bytes: usize) {
-        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
-        if let Some(parent) = &self.parent {
-            parent.sub(bytes);
-        }
+        self.each(|account| account.bytes.fetch_sub(bytes, Ordering::Relaxed));
     }
 
     fn add_commands(&self, bytes: usize) {
-        self.commands.fetch_add(bytes, Ordering::Relaxed);
-        if let Some(parent) = &self.parent {
-            parent.add_commands(bytes);
-        }
+        self.each(|account| account.commands.fetch_add(bytes, Ordering::Relaxed));
     }
 
     fn sub_commands(&self, bytes: usize) {
-        self.commands.fetch_sub(bytes, Ordering::Relaxed);
-        if let Some(parent) = &self.parent {
-            parent.sub_commands(bytes);
+        self.each(|account| account.commands.fetch_sub(bytes, Ordering::Relaxed));
+    }
+
+    /// Applies `change` to this account and each parent up the chain.
+    fn each(&self, change: impl Fn(&Account) -> usize) {
+        let mut account = Some(self);
+        while let Some(current) = account {
+            change(current);
+            account = current.parent.as_deref();
         }
     }
 }

@@ -25,15 +25,7 @@ const PYTHON: &str = "/usr/bin/python3";
 /// `ws_peer.py ARGS`, as uid 65534 when `nobody`.
 fn peer_command(nobody: bool, args: &[&str]) -> tokio::process::Command {
     let mut command = if nobody {
-        let mut command = tokio::process::Command::new("setpriv");
-        command.args([
-            &format!("--reuid={NOBODY}"),
-            &format!("--regid={NOBODY}"),
-            "--clear-groups",
-            "--",
-            PYTHON,
-        ]);
-        command
+        crate::support::as_nobody(PYTHON)
     } else {
         tokio::process::Command::new(PYTHON)
     };
@@ -91,9 +83,8 @@ async fn a_server_run_by_nobody_refuses_root() {
     if !root_or_skip("a server of uid 65534") {
         return;
     }
-    let mut child = tokio::process::Command::new("setpriv")
-        .args([&format!("--reuid={NOBODY}"), &format!("--regid={NOBODY}"), "--clear-groups", "--"])
-        .args([BIN, "--listen", "ws://127.0.0.1:0"])
+    let mut child = crate::support::as_nobody(BIN)
+        .args(["--listen", "ws://127.0.0.1:0"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -46,17 +46,7 @@ impl User {
     pub fn server(self, args: &[&str], env: &[(&str, &str)]) -> Binary {
         let mut command = match self {
             User::Current => tokio::process::Command::new(BIN),
-            User::Nobody => {
-                let mut command = tokio::process::Command::new("setpriv");
-                command.args([
-                    &format!("--reuid={NOBODY}"),
-                    &format!("--regid={NOBODY}"),
-                    "--clear-groups",
-                    "--",
-                    BIN,
-                ]);
-                command
-            }
+            User::Nobody => crate::support::as_nobody(BIN),
         };
         command.args(args).envs(env.iter().copied()).stderr(std::process::Stdio::inherit());
         Binary::from_command(command)

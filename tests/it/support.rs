@@ -371,3 +371,17 @@ pub fn root_or_skip(what: &str) -> bool {
     eprintln!("SKIPPED: {message}");
     false
 }
+
+/// `program` run as uid and gid 65534 through `setpriv` (the tests run as root).
+pub fn as_nobody(program: &str) -> tokio::process::Command {
+    let nobody = crate::sandbox::NOBODY;
+    let mut command = tokio::process::Command::new("setpriv");
+    command.args([
+        &format!("--reuid={nobody}"),
+        &format!("--regid={nobody}"),
+        "--clear-groups",
+        "--",
+        program,
+    ]);
+    command
+}
