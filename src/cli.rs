@@ -68,6 +68,9 @@ struct Cli {
     /// With --sandbox: processes keep the host's network.
     #[arg(long, requires = "sandbox")]
     sandbox_network: bool,
+    /// Which addresses tunnel/open may reach: none, loopback (127.0.0.0/8, ::1, localhost) or any.
+    #[arg(long, value_enum, default_value_t = TunnelsMode::Loopback)]
+    tunnels: TunnelsMode,
     /// Serve MCP on stdio whatever the first message (without it, an MCP client's first message selects MCP).
     #[arg(long, conflicts_with_all = ["listen", "connect"])]
     mcp: bool,
@@ -77,6 +80,13 @@ struct Cli {
     /// MCP: run commands without a sandbox (they can then write anywhere the user can).
     #[arg(long)]
     mcp_unsandboxed: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum TunnelsMode {
+    None,
+    Loopback,
+    Any,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -166,6 +176,11 @@ pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> E
         on_eof: match cli.on_eof {
             EofMode::Kill => OnEof::Kill,
             EofMode::Wait => OnEof::Wait,
+        },
+        tunnels: match cli.tunnels {
+            TunnelsMode::None => crate::server::TunnelPolicy::None,
+            TunnelsMode::Loopback => crate::server::TunnelPolicy::Loopback,
+            TunnelsMode::Any => crate::server::TunnelPolicy::Any,
         },
         ..Config::default()
     };

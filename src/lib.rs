@@ -60,6 +60,8 @@ mod listen;
 #[cfg(feature = "server")]
 mod mcp;
 #[cfg(feature = "server")]
+mod ports;
+#[cfg(feature = "server")]
 mod process;
 #[cfg(feature = "server")]
 mod sandbox;
@@ -69,6 +71,8 @@ pub mod server;
 mod sessions;
 #[cfg(feature = "server")]
 mod stdio;
+#[cfg(feature = "server")]
+mod tunnel;
 #[cfg(feature = "server")]
 mod watch;
 

@@ -16,7 +16,7 @@ mod signal;
 mod spawn;
 mod spawner;
 mod timers;
-mod tree;
+pub(crate) mod tree;
 mod watcher;
 mod write_ids;
 
@@ -577,6 +577,11 @@ impl ProcessTable {
                 params.process_id
             )),
         })
+    }
+
+    /// Each process's id and session, for finding its members in `/proc`.
+    pub(crate) fn roster(&self) -> Vec<(String, tree::Session)> {
+        self.entries.iter().map(|(id, entry)| (id.clone(), entry.session())).collect()
     }
 
     /// `process/list`, ordered by id.

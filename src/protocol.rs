@@ -7,6 +7,7 @@ mod methods;
 pub(crate) mod names;
 mod strict;
 mod today_types;
+mod tunnel_types;
 
 use std::fmt;
 
@@ -422,6 +423,15 @@ pub(crate) fn encode_output(process_id: &str, seq: u64, stream: Stream, bytes: &
     let head = format!(
         r#"{{"method":"process/output","params":{{"processId":{id},"seq":{seq},"stream":"{stream}","chunk":""#
     );
+    line_with_base64(&head, bytes, r#""}}"#)
+}
+
+/// Encodes a `tunnel/data` notification by hand, as [`encode_output`] does.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
+pub(crate) fn encode_tunnel_data(tunnel_id: &str, seq: u64, bytes: &[u8]) -> String {
+    let id = serde_json::to_string(tunnel_id).expect("a string always serializes");
+    let head =
+        format!(r#"{{"method":"tunnel/data","params":{{"tunnelId":{id},"seq":{seq},"chunk":""#);
     line_with_base64(&head, bytes, r#""}}"#)
 }
 

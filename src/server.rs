@@ -32,6 +32,12 @@ use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+pub use crate::ports::PORTS_POLL_INTERVAL;
+pub use crate::tunnel::{
+    TunnelPolicy, MAX_TUNNELS, MAX_TUNNEL_ID_BYTES, TUNNEL_CONNECT_TIMEOUT, TUNNEL_WINDOW,
+    TUNNEL_WRITE_BUFFER,
+};
+
 use self::link::Link;
 use self::session::Session;
 use crate::fs::Roots;
@@ -90,6 +96,8 @@ pub struct Config {
     pub sandbox: bool,
     /// Under `sandbox`, the default policy keeps the host's network (`--sandbox-network`).
     pub sandbox_network: bool,
+    /// Which addresses `tunnel/open` may reach (`--tunnels`).
+    pub tunnels: TunnelPolicy,
     /// The `exec-server` binary that applies sandbox policies in the child
     /// (None: this process's own executable, right for the binary itself; an
     /// embedder or a test names the binary).
@@ -107,6 +115,7 @@ impl Default for Config {
             id_reservation: DEFAULT_ID_RESERVATION,
             sandbox: false,
             sandbox_network: false,
+            tunnels: TunnelPolicy::default(),
             sandbox_helper: None,
         }
     }

@@ -8,7 +8,9 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::Semaphore;
 
 use crate::protocol::{Base64, Chunk, Stream};
 
@@ -26,12 +28,37 @@ pub(crate) struct Account {
     bytes: AtomicUsize,
     commands: AtomicUsize,
     parent: Option<Arc<Account>>,
+    /// The server's room for tunnel buffers (made on first use, on the root).
+    tunnel_room: OnceLock<Arc<Semaphore>>,
 }
 
 impl Account {
     /// A connection's account, charging `server` too.
     pub(crate) fn child_of(server: Arc<Account>) -> Account {
-        Account { bytes: AtomicUsize::new(0), commands: AtomicUsize::new(0), parent: Some(server) }
+        Account { parent: Some(server), ..Account::default() }
+    }
+
+    /// The server-wide room for bytes buffered in tunnels: `limit` permits,
+    /// one per byte, shared by every connection of the server (the first
+    /// caller's `limit` sizes it).
+    pub(crate) fn tunnel_room(&self, limit: usize) -> Arc<Semaphore> {
+        let mut root = self;
+        while let Some(parent) = root.parent.as_deref() {
+            root = parent;
+        }
+        let limit = limit.min(Semaphore::MAX_PERMITS);
+        root.tunnel_room.get_or_init(|| Arc::new(Semaphore::new(limit))).clone()
+    }
+
+    /// Charges `bytes` held outside the output logs (tunnel buffers): the
+    /// retention budget counts them, so retained output yields to them.
+    pub(crate) fn hold(&self, bytes: usize) {
+        self.add(bytes);
+    }
+
+    /// Gives back what [`Account::hold`] charged.
+    pub(crate) fn release(&self, bytes: usize) {
+        self.sub(bytes);
     }
 
     /// Retained output.

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 pub use super::fs_types::*;
 pub use super::today_types::*;
+pub use super::tunnel_types::*;
 use super::Base64;
 
 /// A request method: its wire name and the types of its params and result.
@@ -116,6 +117,18 @@ methods! {
     Close = "fs/close" (HandleParams) -> Empty;
     /// `session/end`: end this session now, its processes killed (Part B).
     SessionEnd = "session/end" (Empty) -> Empty;
+    /// `tunnel/open`: connect from the server's side (Part B, Tunnels).
+    TunnelOpen = "tunnel/open" (TunnelOpenParams) -> Empty;
+    /// `tunnel/write`: send bytes through a tunnel, or half-close it (Part B).
+    TunnelWrite = "tunnel/write" (TunnelWriteParams) -> Empty;
+    /// `tunnel/close`: end a tunnel from the client's side (Part B).
+    TunnelClose = "tunnel/close" (TunnelIdParams) -> Empty;
+    /// `ports/list`: TCP sockets listening in the session's processes (Part B).
+    PortsList = "ports/list" (Empty) -> PortsResult;
+    /// `ports/watch`: report listening ports as they open and close (Part B).
+    PortsWatch = "ports/watch" (Empty) -> Empty;
+    /// `ports/unwatch`: stop reporting them (Part B).
+    PortsUnwatch = "ports/unwatch" (Empty) -> Empty;
 }
 
 notifications! {
@@ -123,6 +136,8 @@ notifications! {
     CLIENT_NOTIFICATIONS;
     /// `initialized`: the client's second handshake step.
     Initialized = "initialized" (Empty);
+    /// `tunnel/ack`: tunnel bytes consumed, which the server may send again (Part B).
+    TunnelAck = "tunnel/ack" (TunnelAckParams);
 }
 
 notifications! {
@@ -136,6 +151,12 @@ notifications! {
     ProcessClosed = "process/closed" (ClosedParams);
     /// `fs/changed`: changes under a watched path (Part B).
     FsChanged = "fs/changed" (ChangedParams);
+    /// `tunnel/data`: bytes from a tunnel's remote side (Part B).
+    TunnelData = "tunnel/data" (TunnelDataParams);
+    /// `tunnel/closed`: a tunnel ended on the remote side (Part B).
+    TunnelClosed = "tunnel/closed" (TunnelClosedParams);
+    /// `ports/changed`: listening ports opened or closed (Part B).
+    PortsChanged = "ports/changed" (PortsChangedParams);
 }
 
 /// An empty object, `{}`; also accepted as `null` or absent params.

@@ -16,10 +16,12 @@ use super::{Handoff, Sessions};
 use crate::dialect::inbound::{self, Inbound};
 use crate::dialect::{outbound, Dialect, Numbering};
 use crate::fs::Roots;
+use crate::ports::{Ports, PortsWake};
 use crate::process::{Begun, ProcessTable, ReadOutcome};
 use crate::protocol::*;
 use crate::sessions::{ClaimError, Wake};
 use crate::transport::Incoming;
+use crate::tunnel::{TunnelEvent, Tunnels};
 use crate::watch::{Command as WatchCommand, Watcher};
 
 /// What became of a process request whose turn came.
@@ -96,6 +98,10 @@ pub(super) struct State {
     pub(super) table: ProcessTable,
     pub(super) fs: FsCalls,
     pub(super) watches: Watcher,
+    /// The connection's tunnels (they end with it).
+    pub(super) tunnels: Tunnels,
+    /// The connection's port lookups.
+    pub(super) ports: Ports,
 }
 
 impl State {
@@ -104,6 +110,7 @@ impl State {
         table: ProcessTable,
         session_id: Arc<str>,
         sessions: Option<Arc<Sessions>>,
+        tunnels: Tunnels,
     ) -> State {
         State {
             phase: Phase::New,
@@ -119,6 +126,8 @@ impl State {
             waiting: VecDeque::new(),
             waiting_bytes: 0,
             table,
+            tunnels,
+            ports: Ports::default(),
         }
     }
 
@@ -163,6 +172,8 @@ impl State {
     pub(super) fn detach(&mut self) {
         self.fs = FsCalls::new(self.roots.clone());
         self.watches = Watcher::new(self.roots.clone());
+        self.tunnels = self.tunnels.renewed();
+        self.ports = Ports::default();
         self.phase = Phase::New;
         // The dialect a connection spoke is the connection's, not the session's.
         self.today = false;
@@ -196,7 +207,7 @@ impl State {
                 out.push(malformed(error));
             }
             Ok(Message::Request(request)) => {
-                if let Some(reply) = self.on_request(request, bytes) {
+                if let Some(reply) = self.on_request(request, bytes, out) {
                     out.push(reply);
                 }
             }
@@ -213,7 +224,12 @@ impl State {
 
     fn on_notification(&mut self, notification: Notification) -> Option<String> {
         let method = notification.method;
-        if method == Initialized::NAME {
+        if method == TunnelAck::NAME {
+            if self.phase == Phase::Ready {
+                self.tunnels.ack(notification.params);
+            }
+            None
+        } else if method == Initialized::NAME {
             match self.phase {
                 Phase::Initializing => self.phase = Phase::Ready,
                 Phase::New => tracing::warn!("ignoring initialized before initialize"),
@@ -274,7 +290,13 @@ impl State {
 
     /// The encoded response to a request, or `None` when it is answered later
     /// (a waiting read, an fs call).
-    fn on_request(&mut self, request: Request, bytes: usize) -> Option<String> {
+    /// Lines besides the one returned (a closed tunnel's refused writes) go to `out`.
+    fn on_request(
+        &mut self,
+        request: Request,
+        bytes: usize,
+        out: &mut Vec<String>,
+    ) -> Option<String> {
         let Request { id, method, params } = request;
         if !METHODS.contains(&method.as_str()) {
             let error =
@@ -329,6 +351,10 @@ impl State {
                 Err(error) => Some(error_reply(&id, error)),
             };
         }
+        if method.starts_with("tunnel/") || method.starts_with("ports/") {
+            self.on_link_request(id, &method, params, out);
+            return None;
+        }
         if method.starts_with("fs/") {
             return self.fs.submit(Call { id, method, params, bytes, dialect, confine });
         }
@@ -359,6 +385,60 @@ impl State {
                 None
             }
         }
+    }
+
+    /// A `tunnel/*` or `ports/*` request: replies now go to `out`, later
+    /// ones come from [`State::on_tunnel`] and [`State::on_ports`].
+    fn on_link_request(
+        &mut self,
+        id: RequestId,
+        method: &str,
+        params: Value,
+        out: &mut Vec<String>,
+    ) {
+        let done = match method {
+            TunnelOpen::NAME => {
+                decode::<TunnelOpen>(params).and_then(|p| self.tunnels.open(&id, p))
+            }
+            TunnelWrite::NAME => {
+                decode::<TunnelWrite>(params).and_then(|p| self.tunnels.write(&id, p))
+            }
+            TunnelClose::NAME => decode::<TunnelClose>(params).and_then(|p| {
+                self.tunnels.close(&p.tunnel_id, out)?;
+                out.push(reply::<TunnelClose>(&id, Ok(Empty {})));
+                Ok(())
+            }),
+            PortsList::NAME => decode::<PortsList>(params).map(|_| {
+                let roster = self.table.roster();
+                self.ports.list(id.clone(), roster);
+            }),
+            PortsWatch::NAME => decode::<PortsWatch>(params).map(|_| {
+                self.ports.watch();
+                out.push(reply::<PortsWatch>(&id, Ok(Empty {})));
+            }),
+            PortsUnwatch::NAME => decode::<PortsUnwatch>(params).map(|_| {
+                self.ports.unwatch();
+                out.push(reply::<PortsUnwatch>(&id, Ok(Empty {})));
+            }),
+            other => Err(ErrorObject::new(
+                codes::METHOD_NOT_FOUND,
+                format!("method {other} is listed but not dispatched"),
+            )),
+        };
+        if let Err(error) = done {
+            out.push(error_reply(&id, error));
+        }
+    }
+
+    /// A tunnel's event.
+    pub(super) fn on_tunnel(&mut self, event: TunnelEvent, out: &mut Vec<String>) {
+        self.tunnels.apply(event, out);
+    }
+
+    /// A port scan finished or is due.
+    pub(super) fn on_ports(&mut self, wake: PortsWake, out: &mut Vec<String>) {
+        let table = &self.table;
+        self.ports.on_wake(wake, || table.roster(), out);
     }
 
     /// A process request whose turn has come.
@@ -441,6 +521,8 @@ impl State {
             EnvironmentInfo::NAME => "environment info",
             EnvironmentStatus::NAME => "environment status",
             SessionEnd::NAME => "session",
+            m if m.starts_with("tunnel/") => "tunnel",
+            m if m.starts_with("ports/") => "ports",
             m if m.starts_with("fs/") => "filesystem",
             _ => "exec",
         };

@@ -49,7 +49,12 @@ impl Session {
             }
             None => (crate::sessions::new_id().into(), None),
         };
-        let state = State::new(roots, ProcessTable::new(events_tx, limits), id, registry);
+        let tunnels = crate::tunnel::Tunnels::new(
+            config.tunnels,
+            limits.server_account.clone(),
+            config.max_retained_bytes,
+        );
+        let state = State::new(roots, ProcessTable::new(events_tx, limits), id, registry, tunnels);
         Session { state, events, registration }
     }
 

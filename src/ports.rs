@@ -1,0 +1,164 @@
+//! The listening ports of a session (Part B): `ports/list` on demand, and
+//! `ports/changed` while watched.
+//!
+//! Every look is a blocking scan of `/proc` ([`scan`]) on a blocking thread,
+//! one at a time per connection; the loop hands over its processes when a
+//! scan starts and takes the result as one more source of lines. While
+//! watched, a scan runs every [`PORTS_POLL_INTERVAL`]; nothing runs otherwise.
+
+mod scan;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::{sleep_until, Instant};
+
+use crate::process::tree::Session;
+use crate::protocol::{
+    encode_notification, encode_response, ErrorObject, ListeningPort, PortsChanged,
+    PortsChangedParams, PortsResult, RequestId,
+};
+
+/// How often a watched session's ports are looked at.
+pub const PORTS_POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+type Scanned = Result<Vec<ListeningPort>, String>;
+
+/// What woke the loop for the ports.
+pub(crate) enum PortsWake {
+    /// A watched scan is due.
+    Poll,
+    /// A scan finished.
+    Scanned(Scanned),
+}
+
+/// One connection's port lookups.
+#[derive(Default)]
+pub(crate) struct Ports {
+    /// `ports/list` requests answered by the scan in flight.
+    answering: Vec<RequestId>,
+    /// `ports/list` requests that came during it: the next scan answers them.
+    waiting: Vec<RequestId>,
+    scan: Option<JoinHandle<Scanned>>,
+    watching: bool,
+    /// What the last watched scan found (`None`: nothing reported yet).
+    known: Option<BTreeSet<ListeningPort>>,
+    next_poll: Option<Instant>,
+}
+
+impl Drop for Ports {
+    fn drop(&mut self) {
+        if let Some(scan) = self.scan.take() {
+            scan.abort();
+        }
+    }
+}
+
+impl Ports {
+    /// `ports/list`: answered when a scan that started after it finishes.
+    pub(crate) fn list(&mut self, request: RequestId, roster: Vec<(String, Session)>) {
+        if self.scan.is_some() {
+            self.waiting.push(request);
+        } else {
+            self.answering.push(request);
+            self.start(roster);
+        }
+    }
+
+    /// `ports/watch`: the first scan reports every port open now, then changes.
+    pub(crate) fn watch(&mut self) {
+        if !self.watching {
+            self.watching = true;
+            self.known = None;
+            self.next_poll = Some(Instant::now());
+        }
+    }
+
+    /// `ports/unwatch`.
+    pub(crate) fn unwatch(&mut self) {
+        self.watching = false;
+        self.known = None;
+        self.next_poll = None;
+    }
+
+    /// The next thing to do (pending while nothing is watched or scanning).
+    pub(crate) async fn next(&mut self) -> PortsWake {
+        let poll = self.next_poll.filter(|_| self.scan.is_none());
+        tokio::select! {
+            done = async {
+                match self.scan.as_mut() {
+                    Some(scan) => scan.await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                self.scan = None;
+                PortsWake::Scanned(done.unwrap_or_else(|error| Err(format!("the scan failed: {error}"))))
+            }
+            () = sleep_until(poll.unwrap_or_else(Instant::now)), if poll.is_some() => PortsWake::Poll,
+        }
+    }
+
+    /// Acts on a wake; `roster` gives the session's processes if a scan starts.
+    pub(crate) fn on_wake(
+        &mut self,
+        wake: PortsWake,
+        roster: impl FnOnce() -> Vec<(String, Session)>,
+        out: &mut Vec<String>,
+    ) {
+        match wake {
+            PortsWake::Poll => {
+                self.next_poll = None;
+                self.start(roster());
+            }
+            PortsWake::Scanned(result) => {
+                self.answer(&result, out);
+                if self.watching {
+                    if let Ok(ports) = result {
+                        self.report(ports, out);
+                    }
+                    self.next_poll = Some(Instant::now() + PORTS_POLL_INTERVAL);
+                }
+                if !self.waiting.is_empty() {
+                    self.answering = std::mem::take(&mut self.waiting);
+                    self.start(roster());
+                }
+            }
+        }
+    }
+
+    fn start(&mut self, roster: Vec<(String, Session)>) {
+        let scan = tokio::task::spawn_blocking(move || {
+            scan::scan(&roster).map_err(|error| format!("cannot read /proc: {error}"))
+        });
+        self.scan = Some(scan);
+    }
+
+    fn answer(&mut self, result: &Scanned, out: &mut Vec<String>) {
+        for request in self.answering.drain(..) {
+            let reply = match result {
+                Ok(ports) => Ok(PortsResult { ports: ports.clone() }),
+                Err(error) => {
+                    Err(ErrorObject::internal(format!("cannot list the listening ports: {error}")))
+                }
+            };
+            out.push(encode_response(&request, &reply));
+        }
+    }
+
+    /// `ports/changed` with the difference from the last report, if any.
+    fn report(&mut self, ports: Vec<ListeningPort>, out: &mut Vec<String>) {
+        let now: BTreeSet<ListeningPort> = ports.into_iter().collect();
+        let before = self.known.take().unwrap_or_default();
+        let mut opened: Vec<_> = now.difference(&before).cloned().collect();
+        let mut closed: Vec<_> = before.difference(&now).cloned().collect();
+        for list in [&mut opened, &mut closed] {
+            list.sort_by(|a, b| (a.port, &a.address, a.pid).cmp(&(b.port, &b.address, b.pid)));
+        }
+        if !opened.is_empty() || !closed.is_empty() {
+            let params = PortsChangedParams { opened, closed };
+            out.push(encode_notification::<PortsChanged>(&params, 256));
+        }
+        self.known = Some(now);
+    }
+}
