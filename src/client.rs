@@ -5,9 +5,12 @@
 //! When the transport closes, every pending call fails with [`Error::Closed`].
 
 mod events;
+mod forward;
+mod ports;
 mod process;
 mod resume;
 mod routing;
+mod tunnel;
 mod watching;
 mod ws;
 
@@ -19,9 +22,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 pub use self::events::{Event, EventStream};
+pub use self::forward::Forward;
+pub use self::ports::PortWatch;
 pub use self::process::{ExitStatus, OutputChunk, Process};
 pub(crate) use self::resume::{Connector, Transport};
 use self::routing::{Route, Shared};
+pub use self::tunnel::Tunnel;
 pub use self::watching::Watch;
 use crate::dialect::{requests, Dialect};
 use crate::error::Error;
@@ -342,6 +348,38 @@ impl Client {
         *self.inner.shared.closed_watch().borrow()
     }
 
+    /// Sends request `M` now, in order with the other sends, and returns
+    /// its reply to await later (pipelined calls).
+    pub(crate) async fn send_call<M: Method>(
+        &self,
+        params: &M::Params,
+    ) -> Result<PendingReply, Error> {
+        let shared = &self.inner.shared;
+        let id = shared.next_id();
+        let line = encode_request::<M>(&id, params)
+            .map_err(|e| Error::Encode(format!("{} params: {e}", M::NAME)))?;
+        let line = requests::request_line(shared.dialect(), line);
+        let (tx, rx) = oneshot::channel();
+        shared.add_pending(id.clone(), tx)?;
+        if self.outgoing()?.send(line).await.is_err() {
+            shared.remove_pending(&id);
+            return Err(shared.closed_error());
+        }
+        Ok(rx)
+    }
+
+    /// Sends notification `N` without waiting (a full queue: from a small
+    /// task of its own); a closed connection drops it.
+    pub(crate) fn notify<N: NotificationMethod>(&self, params: &N::Params) {
+        let line = encode_notification::<N>(params, 96);
+        let Some(outgoing) = lock(&self.inner.outgoing).clone() else { return };
+        if let Err(mpsc::error::TrySendError::Full(line)) = outgoing.try_send(line) {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move { outgoing.send(line).await });
+            }
+        }
+    }
+
     /// Sends a request whose answer nobody waits for (used from `Drop`, which
     /// cannot await). When the queue is full the send waits in a small task of
     /// its own on the current runtime; when it cannot be delivered at all (the
@@ -598,3 +636,6 @@ impl StartParams {
 
 /// Watches whether a connection is closed.
 pub(crate) type ClosedWatch = watch::Receiver<bool>;
+
+/// The reply to a call sent with [`Client::send_call`].
+pub(crate) type PendingReply = oneshot::Receiver<routing::Reply>;

@@ -77,7 +77,8 @@ mod tunnel;
 mod watch;
 
 pub use crate::client::{
-    Client, ClientOptions, Event, EventStream, ExitStatus, OutputChunk, Process, Watch,
+    Client, ClientOptions, Event, EventStream, ExitStatus, Forward, OutputChunk, PortWatch,
+    Process, Tunnel, Watch,
 };
 pub use crate::dialect::Dialect;
 pub use crate::error::Error;

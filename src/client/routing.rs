@@ -9,6 +9,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use super::events::{Event, EVENT_BUFFER};
 use super::process::{ExitStatus, OutputChunk};
+use super::tunnel::TunnelRoutes;
 use super::watching::WatchRoutes;
 use super::{lock, ClosedWatch};
 use crate::error::Error;
@@ -17,7 +18,7 @@ use crate::protocol::*;
 /// Output chunks queued per process handle; beyond this the handle catches up with `process/read`.
 const OUTPUT_QUEUE: usize = 256;
 
-type Reply = Result<Value, ErrorObject>;
+pub(crate) type Reply = Result<Value, ErrorObject>;
 
 /// What the reader task knows of one process, published to its handle.
 #[derive(Debug, Clone, Default)]
@@ -66,6 +67,11 @@ pub(crate) struct Shared {
     sends_closed: AtomicBool,
     /// Where `fs/changed` goes.
     pub(crate) watches: Mutex<WatchRoutes>,
+    /// Where `tunnel/data` and `tunnel/closed` go.
+    pub(crate) tunnels: Mutex<TunnelRoutes>,
+    next_tunnel: AtomicU64,
+    /// Where `ports/changed` goes (one watcher at a time).
+    pub(crate) ports: Mutex<Option<mpsc::UnboundedSender<PortsChangedParams>>>,
     /// Request ids, from 2 (1 is the first `initialize`).
     next_id: AtomicI64,
     /// Unique to this client, so its writeIds never meet another's.
@@ -88,6 +94,9 @@ impl Default for Shared {
             closed: watch::channel(false).0,
             next_route: AtomicU64::new(1),
             watches: Mutex::default(),
+            tunnels: Mutex::default(),
+            next_tunnel: AtomicU64::new(1),
+            ports: Mutex::default(),
             sends_closed: AtomicBool::new(true),
             next_id: AtomicI64::new(2),
             write_prefix: crate::transport::new_id(),
@@ -148,6 +157,11 @@ impl Shared {
         format!("{}-{}", self.write_prefix, self.next_write.fetch_add(1, Ordering::Relaxed))
     }
 
+    /// A fresh tunnel number.
+    pub(crate) fn next_tunnel(&self) -> u64 {
+        self.next_tunnel.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// A fresh request id.
     pub(crate) fn next_id(&self) -> RequestId {
         RequestId::from(self.next_id.fetch_add(1, Ordering::Relaxed))
@@ -157,6 +171,9 @@ impl Shared {
     /// again fail now (their outcome is unknown); the lines of the others are
     /// returned, oldest first, to send on the resumed connection.
     pub(crate) fn connection_lost(&self) -> Vec<String> {
+        // Tunnels and the ports watch belong to the connection that is gone.
+        lock(&self.tunnels).clear();
+        lock(&self.ports).take();
         let mut pending = lock(&self.pending);
         let Pending { calls, retry, .. } = &mut *pending;
         calls.retain(|id, _| retry.contains_key(id));
@@ -316,12 +333,30 @@ impl Shared {
         drop(calls);
         lock(&self.routes).clear();
         lock(&self.watches).clear();
+        lock(&self.tunnels).clear();
+        lock(&self.ports).take();
         lock(&self.events).take();
         self.closed.send_replace(true);
     }
 
     fn route(&self, notification: &Notification) {
         let params = &notification.params;
+        if notification.method == TunnelData::NAME || notification.method == TunnelClosed::NAME {
+            lock(&self.tunnels).deliver(&notification.method, params);
+            return;
+        }
+        if notification.method == PortsChanged::NAME {
+            match serde_json::from_value::<PortsChangedParams>(params.clone()) {
+                Ok(changed) => {
+                    let mut ports = lock(&self.ports);
+                    if ports.as_ref().is_some_and(|p| p.send(changed).is_err()) {
+                        ports.take();
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "malformed ports/changed"),
+            }
+            return;
+        }
         if notification.method == FsChanged::NAME {
             match serde_json::from_value::<ChangedParams>(params.clone()) {
                 Ok(changed) => lock(&self.watches).deliver(changed),
