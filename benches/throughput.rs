@@ -7,7 +7,7 @@
 //! pre-encoded output), so the server is never blamed for the client.
 //! Prints a table, then the same rows as JSON (also written to
 //! `target/bench.json`). `EXEC_SERVER_BIN` measures another build;
-//! `BENCH_ONLY=fs,stream` runs only those sections (round, startup, spawn, stream, fs, ws, watch, mcp).
+//! `BENCH_ONLY=fs,stream` runs only those sections (round, startup, spawn, stream, fs, ws, tunnel, watch, mcp).
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
 use std::io::{BufRead, Write};
@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 use exec_server::protocol::{GetMetadata, PathParams, ProcessTerminate, TerminateParams};
 use exec_server::*;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+#[path = "throughput/tunnel.rs"]
+mod tunnel;
 
 const BIN: &str = env!("CARGO_BIN_EXE_exec-server");
 const OUTPUT_BYTES: u64 = 256 * 1024 * 1024;
@@ -633,6 +636,9 @@ async fn bench() {
             Err(error) => println!("(WebSocket rows skipped: {error})"),
         }
     }
+    if wanted("tunnel") {
+        tunnel_rows(&client, &mut rows).await;
+    }
     if wanted("watch") {
         watch_rows(&client, &mut rows).await;
     }
@@ -648,6 +654,35 @@ async fn bench() {
     println!("\n{json}");
     let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench.json");
     let _ = std::fs::write(target, &json);
+}
+
+/// 256 MiB through a forward over stdio, against a direct read and `ssh -L`.
+async fn tunnel_rows(client: &Client, rows: &mut Vec<Row>) {
+    let port = tunnel::source().await;
+    let direct = median_of(|| tunnel::read_all(port)).await;
+    let (_forward, local) = tunnel::forward(client, port).await;
+    let through = median_of(|| tunnel::read_all(local)).await;
+    let mib = |time| mib_per_s(tunnel::TUNNEL_BYTES, time);
+    rows.push(Row {
+        what: "tunnel 256 MiB via Client::forward (MiB/s)",
+        server: mib(through),
+        baseline: mib(direct),
+        baseline_what: "direct loopback TCP",
+        unit: "MiB/s",
+        higher_is_better: true,
+    });
+    if let Some((ssh_local, _children, dir)) = tunnel::ssh_forward(port).await {
+        let ssh = median_of(|| tunnel::read_all(ssh_local)).await;
+        rows.push(Row {
+            what: "tunnel 256 MiB via Client::forward (MiB/s)",
+            server: mib(through),
+            baseline: mib(ssh),
+            baseline_what: "ssh -L through a local sshd",
+            unit: "MiB/s",
+            higher_is_better: true,
+        });
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 /// `exec_command`s in a row per run of the MCP row.
