@@ -51,18 +51,25 @@ impl TunnelRoutes {
     /// Routes `tunnel/data` and `tunnel/closed`.
     pub(crate) fn deliver(&mut self, method: &str, params: &serde_json::Value) {
         if method == TunnelData::NAME {
-            let Ok(data) = serde_json::from_value::<TunnelDataParams>(params.clone()) else {
+            // By reference: the chunk is decoded straight from the message.
+            let id = params.get("tunnelId").and_then(serde_json::Value::as_str);
+            let chunk = params.get("chunk").and_then(serde_json::Value::as_str);
+            let (Some(id), Some(chunk)) = (id, chunk) else {
                 tracing::warn!("malformed tunnel/data");
                 return;
             };
-            let Some(route) = self.routes.get(&data.tunnel_id) else { return };
-            let size = data.chunk.0.len();
+            let Some(route) = self.routes.get(id) else { return };
+            let Ok(Base64(bytes)) = Base64::decode(chunk) else {
+                tracing::warn!(tunnel = %id, "tunnel/data with a chunk that is not base64");
+                return;
+            };
+            let size = bytes.len();
             if route.queued.fetch_add(size, Ordering::Relaxed) + size > WINDOW {
-                tracing::warn!(tunnel = %data.tunnel_id, "the server sent past its window; dropping the tunnel");
-                self.routes.remove(&data.tunnel_id);
+                tracing::warn!(tunnel = %id, "the server sent past its window; dropping the tunnel");
+                self.routes.remove(id);
                 return;
             }
-            let _ = route.messages.send(TunnelMsg::Data(data.chunk.0));
+            let _ = route.messages.send(TunnelMsg::Data(bytes));
         } else if method == TunnelClosed::NAME {
             let Ok(closed) = serde_json::from_value::<TunnelClosedParams>(params.clone()) else {
                 tracing::warn!("malformed tunnel/closed");
