@@ -19,6 +19,8 @@ mod info;
 #[cfg(feature = "server")]
 pub(crate) mod outbound;
 pub(crate) mod requests;
+#[cfg(feature = "server")]
+mod shell;
 pub(crate) mod uri;
 
 #[cfg(feature = "server")]
