@@ -38,12 +38,12 @@ async fn local<T: Send + 'static>(
 impl FileSystem for LocalFileSystem {
     async fn read_file(&self, path: &Path) -> Result<Vec<u8>, Error> {
         let params = read_params(path, None);
-        Ok(local(|roots| fs::read_file(roots, params)).await?.data_base64.0)
+        Ok(local(|roots| fs::read_file(roots, params).map_err(Into::into)).await?.data_base64.0)
     }
 
     async fn read_range(&self, path: &Path, offset: u64, length: u64) -> Result<Vec<u8>, Error> {
         let params = read_params(path, Some((offset, length)));
-        Ok(local(|roots| fs::read_file(roots, params)).await?.data_base64.0)
+        Ok(local(|roots| fs::read_file(roots, params).map_err(Into::into)).await?.data_base64.0)
     }
 
     async fn write_file(&self, path: &Path, data: &[u8]) -> Result<(), Error> {

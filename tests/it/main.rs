@@ -27,6 +27,7 @@ mod sandbox_escape;
 mod sessions;
 mod ssh;
 mod support;
+mod today_handles;
 mod today_info;
 mod today_read;
 mod traits;
