@@ -3,11 +3,31 @@
 //! refusals that upstream's client and tests match on ([`refusal`]).
 
 use super::{outbound, Dialect};
-use crate::fs::{HandleRules, Refusal};
+use crate::fs::{FsRules, HandleRules, Refusal, WalkRules};
 use crate::protocol::ErrorObject;
 
 /// Upstream's limit of open handles per connection.
 const TODAY_HANDLES: usize = 128;
+
+/// The choices of the other fs methods: today's skips special files in a
+/// recursive copy, lists only entries whose type is known, and walks as
+/// upstream does (bounds refused, a file root empty, links only as followed
+/// directories, lossy names).
+pub(crate) fn fs_rules(dialect: Dialect) -> FsRules {
+    match dialect {
+        Dialect::V0 => FsRules::default(),
+        Dialect::Today => FsRules {
+            skip_special_in_copies: true,
+            list_only_known: true,
+            walk: WalkRules {
+                refuse_bad_bounds: true,
+                non_directory_root_is_empty: true,
+                links_only_as_directories: true,
+                lossy_names: true,
+            },
+        },
+    }
+}
 
 /// How a connection's `fs/open` handles behave. Today's: at most 128 open,
 /// an empty id accepted, every handle call checks the id's length, and a

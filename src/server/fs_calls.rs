@@ -225,6 +225,7 @@ fn run(roots: &Roots, handles: &Handles, call: Call) -> String {
     let Call { id, method, params, dialect, today, confine, .. } = call;
     let connection = if today { Dialect::Today } else { dialect };
     let rules = fs_rules::handle_rules(connection);
+    let choices = fs_rules::fs_rules(dialect);
     let word = |refusal| fs_rules::refusal(connection, refusal);
     // A write under a managed sandbox context: confined beneath its writable roots.
     let confined;
@@ -255,16 +256,17 @@ fn run(roots: &Roots, handles: &Handles, call: Call) -> String {
         }
         GetMetadata::NAME => answer(ok::<GetMetadata>(&id, params, |p| fs::get_metadata(roots, p))),
         ReadDirectory::NAME => {
-            answer(ok::<ReadDirectory>(&id, params, |p| fs::read_directory(roots, p)))
+            answer(ok::<ReadDirectory>(&id, params, |p| fs::read_directory(roots, p, &choices)))
         }
         Remove::NAME => answer(ok::<Remove>(&id, params, |p| fs::remove(roots, p))),
-        Copy::NAME => answer(ok::<Copy>(&id, params, |p| fs::copy(roots, p))),
+        Copy::NAME => answer(ok::<Copy>(&id, params, |p| fs::copy(roots, p, &choices))),
         Rename::NAME => answer(ok::<Rename>(&id, params, |p| fs::rename(roots, p))),
         Canonicalize::NAME => answer(ok::<Canonicalize>(&id, params, |p| {
             fs::canonicalize(roots, &p.path).map(|path| path_result(dialect, &path))
         })),
         Walk::NAME => answer(ok::<Walk>(&id, params, |p| {
-            fs::walk(roots, &p.path, &p.options).map(|walked| walk_result(dialect, walked))
+            fs::walk(roots, &p.path, &p.options, &choices.walk)
+                .map(|walked| walk_result(dialect, walked))
         })),
         Open::NAME => answer(ok::<Open>(&id, params, |p| {
             let handle_id =

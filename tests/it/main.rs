@@ -30,6 +30,7 @@ mod support;
 mod today_handles;
 mod today_info;
 mod today_read;
+mod today_trees;
 mod traits;
 mod watch;
 mod websocket;
