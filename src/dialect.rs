@@ -13,12 +13,16 @@ mod contexts;
 #[cfg(feature = "server")]
 mod env;
 #[cfg(feature = "server")]
+pub(crate) mod fs_rules;
+#[cfg(feature = "server")]
 pub(crate) mod inbound;
 #[cfg(feature = "server")]
 mod info;
 #[cfg(feature = "server")]
 pub(crate) mod outbound;
 pub(crate) mod requests;
+#[cfg(feature = "server")]
+mod shell;
 pub(crate) mod uri;
 
 #[cfg(feature = "server")]

@@ -17,7 +17,9 @@ mod kind;
 mod mounts;
 mod open;
 mod read;
+mod refusal;
 mod roots;
+mod rules;
 pub(crate) mod sys;
 mod tree;
 mod walk;
@@ -31,10 +33,12 @@ pub(crate) use self::cached::cached_metadata;
 pub(crate) use self::canonical::canonicalize;
 pub(crate) use self::copy::copy;
 use self::error::{io_error, FsOp};
-pub(crate) use self::handles::Handles;
+pub(crate) use self::handles::{HandleRules, Handles, MAX_BLOCK, MAX_HANDLE_ID};
 use self::open::Located;
 pub(crate) use self::read::read_file;
+pub(crate) use self::refusal::Refusal;
 pub(crate) use self::roots::{clean as clean_path, Roots};
+pub(crate) use self::rules::{FsRules, WalkRules};
 pub(crate) use self::tree::{walk, Walked};
 pub(crate) use self::write::{remove_abandoned_temps, write_file};
 use crate::protocol::{
@@ -118,7 +122,13 @@ pub(crate) fn get_metadata(roots: &Roots, params: PathParams) -> FsResult<Metada
 
 /// `fs/readDirectory`, entries sorted by name (as bytes); symlinks are followed
 /// beneath the root for the type (one that leads out is neither file nor directory).
-pub(crate) fn read_directory(roots: &Roots, params: PathParams) -> FsResult<ReadDirectoryResult> {
+/// With [`FsRules::list_only_known`], a link that cannot be stat'ed and an
+/// entry whose type cannot be read are left out.
+pub(crate) fn read_directory(
+    roots: &Roots,
+    params: PathParams,
+    rules: &FsRules,
+) -> FsResult<ReadDirectoryResult> {
     let op = FsOp::List;
     let located = roots.locate(&params.path)?;
     let path = located.path();
@@ -130,10 +140,14 @@ pub(crate) fn read_directory(roots: &Roots, params: PathParams) -> FsResult<Read
         let file_type = match d_type {
             libc::DT_DIR => libc::S_IFDIR,
             libc::DT_REG => libc::S_IFREG,
-            libc::DT_LNK | libc::DT_UNKNOWN => located
-                .open_child(&name, libc::O_PATH)
-                .and_then(|fd| sys::fstat(fd.as_fd()))
-                .map_or(0, |stat| sys::file_type(&stat)),
+            libc::DT_LNK | libc::DT_UNKNOWN => {
+                match located.open_child(&name, libc::O_PATH).and_then(|fd| sys::fstat(fd.as_fd()))
+                {
+                    Ok(stat) => sys::file_type(&stat),
+                    Err(_) if rules.list_only_known => continue,
+                    Err(_) => 0,
+                }
+            }
             _ => 0,
         };
         let bytes = name.as_bytes();

@@ -426,7 +426,7 @@ impl ProcessTable {
         let after = params.after_seq.unwrap_or(0);
         let wait = params.wait_ms.map(Duration::from_millis).filter(|w| !w.is_zero());
         match wait {
-            Some(wait) if !entry.output.has_after(after) && !entry.exit_reported() => {
+            Some(wait) if !entry.read_ready(after) => {
                 if self.parked.len() >= MAX_PARKED {
                     return Err(ErrorObject::invalid_request(format!(
                         "too many waiting reads: the limit is {MAX_PARKED} per connection; answer some before parking more"
@@ -820,7 +820,7 @@ impl ProcessTable {
         let Some(entry) = self.entries.get_mut(id) else { return };
         let settled = entry.settle(now, EXIT_DRAIN, self.limits.reservation, out);
         let serial = entry.serial;
-        if settled.reported_exit {
+        if settled.reported_exit || settled.closed {
             self.wake(serial, out);
         }
         let renewed = self.released.is_some_and(|at| now < at + self.limits.reservation);
@@ -878,9 +878,9 @@ impl ProcessTable {
             .iter()
             .copied()
             .filter(|wait_id| {
-                self.parked.get(wait_id).is_some_and(|p| {
-                    entry.exit_reported() || entry.output.has_after(p.params.after_seq.unwrap_or(0))
-                })
+                self.parked
+                    .get(wait_id)
+                    .is_some_and(|p| entry.read_ready(p.params.after_seq.unwrap_or(0)))
             })
             .collect();
         for wait_id in ready {

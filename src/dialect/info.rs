@@ -1,28 +1,28 @@
 //! `environment/info` (today's dialect): the shell, directories and
-//! capabilities of the machine the server runs on. Paths are file URIs.
+//! capabilities of the machine the server runs on. Directories are file URIs;
+//! the shell is a native path (`shell.rs`). `temporaryDirectories` holds only
+//! `$TMPDIR`, when it is set and not empty; the capabilities claim only what
+//! this server serves.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
-use super::uri;
+use super::{shell, uri};
 
 /// The `environment/info` result (also `environmentInfo` in `initialize`).
 pub(crate) fn environment_info() -> Value {
-    let shell = std::env::var_os("SHELL").map(PathBuf::from).filter(|s| s.is_absolute());
-    let shell = shell.unwrap_or_else(|| PathBuf::from("/bin/sh"));
-    let name = shell.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let shell = shell::user_shell();
+    let name = shell::name(&shell);
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    let temp = std::env::temp_dir();
+    let tmpdir = tmpdir(&cwd);
+    let temp = tmpdir.clone().unwrap_or_else(|| PathBuf::from("/tmp"));
     let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
-    let mut temporary = vec![temp.clone()];
-    if temp != Path::new("/tmp") {
-        temporary.push(PathBuf::from("/tmp"));
-    }
     let mut info = json!({
-        "shell": {"name": name, "path": uri::from_path(&shell)},
+        // A native path, not a URI: today's client runs it as a program.
+        "shell": {"name": name, "path": shell.to_string_lossy()},
         "cwd": uri::from_path(&cwd),
-        "temporaryDirectories": temporary.iter().map(|t| uri::from_path(t)).collect::<Vec<_>>(),
+        "temporaryDirectories": tmpdir.iter().map(|t| uri::from_path(t)).collect::<Vec<_>>(),
         "tempDir": uri::from_path(&temp),
         "executorVersion": env!("CARGO_PKG_VERSION"),
         "providerId": concat!("exec-server/", env!("CARGO_PKG_VERSION")),
@@ -43,4 +43,10 @@ pub(crate) fn environment_info() -> Value {
         info["userHomeDir"] = json!(uri::from_path(&home));
     }
     info
+}
+
+/// `$TMPDIR` when it is set and not empty, a relative one resolved against `cwd`.
+fn tmpdir(cwd: &std::path::Path) -> Option<PathBuf> {
+    let value = std::env::var_os("TMPDIR").filter(|value| !value.is_empty())?;
+    Some(cwd.join(value))
 }

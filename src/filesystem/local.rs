@@ -38,12 +38,12 @@ async fn local<T: Send + 'static>(
 impl FileSystem for LocalFileSystem {
     async fn read_file(&self, path: &Path) -> Result<Vec<u8>, Error> {
         let params = read_params(path, None);
-        Ok(local(|roots| fs::read_file(roots, params)).await?.data_base64.0)
+        Ok(local(|roots| fs::read_file(roots, params).map_err(Into::into)).await?.data_base64.0)
     }
 
     async fn read_range(&self, path: &Path, offset: u64, length: u64) -> Result<Vec<u8>, Error> {
         let params = read_params(path, Some((offset, length)));
-        Ok(local(|roots| fs::read_file(roots, params)).await?.data_base64.0)
+        Ok(local(|roots| fs::read_file(roots, params).map_err(Into::into)).await?.data_base64.0)
     }
 
     async fn write_file(&self, path: &Path, data: &[u8]) -> Result<(), Error> {
@@ -68,7 +68,7 @@ impl FileSystem for LocalFileSystem {
 
     async fn read_directory(&self, path: &Path) -> Result<Vec<DirectoryEntry>, Error> {
         let params = path_params(path);
-        Ok(local(|roots| fs::read_directory(roots, params)).await?.entries)
+        Ok(local(|roots| fs::read_directory(roots, params, &fs::FsRules::default())).await?.entries)
     }
 
     async fn remove(&self, path: &Path, recursive: bool, force: bool) -> Result<(), Error> {
@@ -78,7 +78,7 @@ impl FileSystem for LocalFileSystem {
 
     async fn copy(&self, from: &Path, to: &Path, recursive: bool) -> Result<(), Error> {
         let params = copy_params(from, to, recursive);
-        local(|roots| fs::copy(roots, params)).await.map(drop)
+        local(|roots| fs::copy(roots, params, &fs::FsRules::default())).await.map(drop)
     }
 
     async fn rename(&self, from: &Path, to: &Path) -> Result<(), Error> {

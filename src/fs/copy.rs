@@ -4,7 +4,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 
 use super::error::{io_error, same_file, FsOp};
-use super::{kind, sys, walk, write, FsResult, Roots};
+use super::{kind, sys, walk, write, FsResult, FsRules, Roots};
 use crate::protocol::{CopyParams, Empty, ErrorObject};
 
 const NEEDS_RECURSIVE: &str = "fs/copy requires recursive: true when sourcePath is a directory";
@@ -15,8 +15,10 @@ pub(crate) const UNSUPPORTED: &str =
 /// Copies `sourcePath` to `destinationPath`. A source symlink is copied as a
 /// symlink. A directory needs `recursive` and is merged into the destination
 /// when that directory exists; a final symlink at the destination is followed
-/// (beneath the root), links inside the trees never are.
-pub(crate) fn copy(roots: &Roots, params: CopyParams) -> FsResult<Empty> {
+/// (beneath the root), links inside the trees never are. With
+/// [`FsRules::skip_special_in_copies`] a tree's FIFOs, sockets and devices are
+/// skipped; a special file as the source is refused either way.
+pub(crate) fn copy(roots: &Roots, params: CopyParams, rules: &FsRules) -> FsResult<Empty> {
     let op = FsOp::Copy;
     let source = roots.locate(&params.source_path)?;
     let destination = roots.locate(&params.destination_path)?;
@@ -39,7 +41,8 @@ pub(crate) fn copy(roots: &Roots, params: CopyParams) -> FsResult<Empty> {
             }
             let dir = sys::openat(handle.as_fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)
                 .map_err(io_error(op, from))?;
-            walk::copy_tree(dir, entry.dir.as_fd(), &entry.name, to)?;
+            let skip_special = rules.skip_special_in_copies;
+            walk::copy_tree(dir, entry.dir.as_fd(), &entry.name, to, skip_special)?;
         }
         libc::S_IFLNK => {
             let target = sys::readlinkat(handle.as_fd(), c"").map_err(io_error(op, from))?;

@@ -3,9 +3,11 @@
 //!
 //! A handle is the descriptor itself, so it keeps reading the file it opened
 //! even after its path is replaced or removed. Each connection holds at most
-//! [`MAX_HANDLES`]; they close with the connection (or, when a session
+//! [`HandleRules::limit`]; they close with the connection (or, when a session
 //! detaches, with the connection it had). Reads and writes use pread and
-//! pwrite, so blocks of one handle may be moved concurrently.
+//! pwrite, so blocks of one handle may be moved concurrently. The rules that
+//! differ between dialects are plain options ([`HandleRules`]), and refusals
+//! are [`Refusal`]s, worded by the caller.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -16,11 +18,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::error::{self, io_error, FsOp};
 use super::read::open_regular;
+use super::refusal::Refusal;
 use super::write::{on_pseudo_filesystem, replace, Like};
 use super::{kind, sys, FsResult, Roots};
 use crate::protocol::{Base64, Empty, ErrorObject, OpenMode, ReadBlockResult};
 
-/// Open handles per connection.
+/// Open handles per connection, by default.
 pub(crate) const MAX_HANDLES: usize = 256;
 /// The longest handle id, in bytes.
 pub(crate) const MAX_HANDLE_ID: usize = 32;
@@ -32,6 +35,41 @@ struct Handle {
     mode: OpenMode,
 }
 
+/// How a connection's handles behave where the dialects differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HandleRules {
+    /// Open handles per connection.
+    pub(crate) limit: usize,
+    /// Whether an empty handle id is accepted by `fs/open`.
+    pub(crate) empty_ids: bool,
+    /// Whether `fs/readBlock`, `fs/writeBlock` and `fs/close` refuse an id
+    /// longer than [`MAX_HANDLE_ID`] as `fs/open` does (else it is unknown).
+    pub(crate) check_ids: bool,
+    /// Whether a failed `fs/readBlock` closes its handle.
+    pub(crate) close_on_read_error: bool,
+}
+
+impl Default for HandleRules {
+    fn default() -> HandleRules {
+        HandleRules {
+            limit: MAX_HANDLES,
+            empty_ids: false,
+            check_ids: false,
+            close_on_read_error: false,
+        }
+    }
+}
+
+impl HandleRules {
+    fn check_id(&self, id: &str, opening: bool) -> Result<(), Refusal> {
+        let empty = id.is_empty() && !self.empty_ids;
+        if (opening || self.check_ids) && (empty || id.len() > MAX_HANDLE_ID) {
+            return Err(Refusal::BadHandleId(id.to_owned()));
+        }
+        Ok(())
+    }
+}
+
 /// One connection's open handles.
 #[derive(Default)]
 pub(crate) struct Handles(Mutex<HashMap<String, Arc<Handle>>>);
@@ -41,11 +79,9 @@ impl Handles {
         self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn get(&self, id: &str) -> FsResult<Arc<Handle>> {
-        self.lock()
-            .get(id)
-            .cloned()
-            .ok_or_else(|| ErrorObject::invalid_request(format!("unknown file handle {id:?}")))
+    fn get(&self, id: &str, rules: &HandleRules) -> Result<Arc<Handle>, Refusal> {
+        rules.check_id(id, false)?;
+        self.lock().get(id).cloned().ok_or_else(|| Refusal::UnknownHandle(id.to_owned()))
     }
 
     /// `fs/open`: opens `path` for reading, or creates or truncates it for writing.
@@ -55,72 +91,66 @@ impl Handles {
         id: String,
         path: &Path,
         mode: OpenMode,
-    ) -> FsResult<String> {
-        if id.is_empty() || id.len() > MAX_HANDLE_ID {
-            return Err(ErrorObject::invalid_params(format!(
-                "handleId must be 1 to {MAX_HANDLE_ID} bytes; {id:?} is {}",
-                id.len()
-            )));
-        }
+        rules: &HandleRules,
+    ) -> Result<String, Refusal> {
+        rules.check_id(&id, true)?;
         // Checked before the open (no file touched for nothing) and again after it.
-        check_free(&self.lock(), &id)?;
+        check_free(&self.lock(), &id, rules.limit)?;
         let file = match mode {
             OpenMode::Read => open_read(roots, path)?,
             OpenMode::Replace => open_replace(roots, path)?,
         };
         let mut handles = self.lock();
-        check_free(&handles, &id)?;
+        check_free(&handles, &id, rules.limit)?;
         handles.insert(id.clone(), Arc::new(Handle { file, mode }));
         Ok(id)
     }
 
     /// `fs/readBlock`: up to `len` bytes at `offset`.
-    pub(crate) fn read_block(&self, id: &str, offset: u64, len: u64) -> FsResult<ReadBlockResult> {
+    pub(crate) fn read_block(
+        &self,
+        id: &str,
+        offset: u64,
+        len: u64,
+        rules: &HandleRules,
+    ) -> Result<ReadBlockResult, Refusal> {
+        rules.check_id(id, false)?;
         if len == 0 || len > MAX_BLOCK {
-            return Err(ErrorObject::invalid_params(format!(
-                "len must be 1 to {MAX_BLOCK}; got {len}"
-            )));
+            return Err(Refusal::BadBlockLength(len));
         }
-        let handle = self.get(id)?;
+        let handle = self.get(id, rules)?;
         if handle.mode != OpenMode::Read {
-            return Err(ErrorObject::invalid_request(format!(
+            return Err(Refusal::Fs(ErrorObject::invalid_request(format!(
                 "file handle {id:?} was opened for writing"
-            )));
+            ))));
         }
-        let mut buffer = vec![0u8; len as usize];
-        let mut filled = 0;
-        while filled < buffer.len() {
-            let at = offset.checked_add(filled as u64).ok_or_else(|| {
-                ErrorObject::invalid_params(format!("offset {offset} is too large"))
-            })?;
-            match handle.file.read_at(&mut buffer[filled..], at) {
-                Ok(0) => break,
-                Ok(read) => filled += read,
-                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(error) => {
-                    return Err(ErrorObject::internal(format!(
-                        "cannot read file handle {id:?}: {error}"
-                    )))
-                }
-            }
+        let read = read_at(&handle.file, id, offset, len);
+        if read.is_err() && rules.close_on_read_error {
+            self.lock().remove(id);
         }
-        buffer.truncate(filled);
-        Ok(ReadBlockResult { eof: filled < len as usize, chunk: Base64(buffer) })
+        Ok(read?)
     }
 
     /// `fs/writeBlock`: all of `bytes` at `offset`.
-    pub(crate) fn write_block(&self, id: &str, offset: u64, bytes: &[u8]) -> FsResult<Empty> {
+    pub(crate) fn write_block(
+        &self,
+        id: &str,
+        offset: u64,
+        bytes: &[u8],
+        rules: &HandleRules,
+    ) -> Result<Empty, Refusal> {
+        rules.check_id(id, false)?;
         if bytes.is_empty() || bytes.len() as u64 > MAX_BLOCK {
-            return Err(ErrorObject::invalid_params(format!(
+            return Err(Refusal::Fs(ErrorObject::invalid_params(format!(
                 "chunk must be 1 to {MAX_BLOCK} bytes; got {}",
                 bytes.len()
-            )));
+            ))));
         }
-        let handle = self.get(id)?;
+        let handle = self.get(id, rules)?;
         if handle.mode != OpenMode::Replace {
-            return Err(ErrorObject::invalid_request(format!(
+            return Err(Refusal::Fs(ErrorObject::invalid_request(format!(
                 "file handle {id:?} was opened for reading"
-            )));
+            ))));
         }
         offset
             .checked_add(bytes.len() as u64)
@@ -133,28 +163,54 @@ impl Handles {
     }
 
     /// `fs/close`.
-    pub(crate) fn close(&self, id: &str) -> FsResult<Empty> {
+    pub(crate) fn close(&self, id: &str, rules: &HandleRules) -> Result<Empty, Refusal> {
+        rules.check_id(id, false)?;
         match self.lock().remove(id) {
             Some(_) => Ok(Empty {}),
-            None => Err(ErrorObject::invalid_request(format!("unknown file handle {id:?}"))),
+            None => Err(Refusal::UnknownHandle(id.to_owned())),
         }
     }
 }
 
-/// Whether handle `id` may be opened: not open yet, and room for one more.
-fn check_free(handles: &HashMap<String, Arc<Handle>>, id: &str) -> FsResult<()> {
-    if handles.contains_key(id) {
-        return Err(ErrorObject::invalid_request(format!("file handle {id:?} is already open")));
+/// Up to `len` bytes of `file` at `offset` (`len` is at most [`MAX_BLOCK`]).
+fn read_at(file: &File, id: &str, offset: u64, len: u64) -> FsResult<ReadBlockResult> {
+    let mut buffer = vec![0u8; len as usize];
+    let mut filled = 0;
+    while filled < buffer.len() {
+        let at = offset
+            .checked_add(filled as u64)
+            .ok_or_else(|| ErrorObject::invalid_params(format!("offset {offset} is too large")))?;
+        match file.read_at(&mut buffer[filled..], at) {
+            Ok(0) => break,
+            Ok(read) => filled += read,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(error) => {
+                return Err(ErrorObject::internal(format!(
+                    "cannot read file handle {id:?}: {error}"
+                )))
+            }
+        }
     }
-    if handles.len() >= MAX_HANDLES {
-        return Err(ErrorObject::invalid_request(format!(
-            "too many open file handles: the limit is {MAX_HANDLES} per connection; close some with fs/close"
-        )));
+    buffer.truncate(filled);
+    Ok(ReadBlockResult { eof: filled < len as usize, chunk: Base64(buffer) })
+}
+
+/// Whether handle `id` may be opened: not open yet, and room for one more.
+fn check_free(
+    handles: &HashMap<String, Arc<Handle>>,
+    id: &str,
+    limit: usize,
+) -> Result<(), Refusal> {
+    if handles.contains_key(id) {
+        return Err(Refusal::HandleExists(id.to_owned()));
+    }
+    if handles.len() >= limit {
+        return Err(Refusal::TooManyHandles(limit));
     }
     Ok(())
 }
 
-fn open_read(roots: &Roots, path: &Path) -> FsResult<File> {
+fn open_read(roots: &Roots, path: &Path) -> Result<File, Refusal> {
     let op = FsOp::Open;
     let located = roots.locate(path)?;
     let (file, stat) = open_regular(&located, op, true)?;

@@ -5,29 +5,35 @@ use std::os::fd::AsFd;
 
 use super::error::{invalid_input, io_error, FsOp};
 use super::open::Located;
-use super::{kind, sys, too_large, FsResult, Roots, READ_LIMIT};
+use super::refusal::Refusal;
+use super::{kind, sys, too_large, Roots, READ_LIMIT};
 use crate::protocol::{Base64, ReadFileParams, ReadFileResult};
 
 /// Opens what `located` names for reading, once it is known to be a regular
 /// file (checked on an `O_PATH` descriptor first, so a FIFO never blocks the
 /// open); a final symlink is followed only when `follow`. Returns its status too.
+/// Anything but a regular file is [`Refusal::NotAFile`].
 pub(crate) fn open_regular(
     located: &Located<'_>,
     op: FsOp,
     follow: bool,
-) -> FsResult<(std::fs::File, libc::stat)> {
+) -> Result<(std::fs::File, libc::stat), Refusal> {
     let path = located.path();
     let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
     let handle = located.open(libc::O_PATH | nofollow).map_err(|e| located.fail(op, e))?;
     let stat = sys::fstat(handle.as_fd()).map_err(io_error(op, path))?;
-    kind::require_regular(op, path, &stat)?;
+    kind::require_regular(op, path, &stat).map_err(|own| match sys::file_type(&stat) {
+        // The server's own stdio: a regular file, refused for another reason.
+        libc::S_IFREG => Refusal::Fs(own),
+        _ => Refusal::NotAFile { path: path.to_path_buf(), followed: follow, own: Box::new(own) },
+    })?;
     let file = kind::reopen(&handle, libc::O_RDONLY).map_err(io_error(op, path))?;
     Ok((file, stat))
 }
 
 /// Reads the whole file or `offset..offset+length`. A final symlink is followed
 /// unless `followSymlinks` is false, in which case it is refused as not a regular file.
-pub(crate) fn read_file(roots: &Roots, params: ReadFileParams) -> FsResult<ReadFileResult> {
+pub(crate) fn read_file(roots: &Roots, params: ReadFileParams) -> Result<ReadFileResult, Refusal> {
     let op = FsOp::Read;
     let located = roots.locate(&params.path)?;
     let path = located.path();
@@ -37,13 +43,13 @@ pub(crate) fn read_file(roots: &Roots, params: ReadFileParams) -> FsResult<ReadF
     let sized = size > 0;
     let offset = params.offset.unwrap_or(0);
     if sized && offset > size {
-        return Err(past_end(path, offset, size));
+        return Err(past_end(path, offset, size).into());
     }
     // What would be returned: the limit applies to that, not to the length asked.
     let available = if sized { size - offset } else { u64::MAX };
     let wanted = params.length.unwrap_or(available).min(available);
     if sized && wanted > READ_LIMIT {
-        return Err(too_large());
+        return Err(too_large().into());
     }
     if offset > 0 && sized {
         file.seek(SeekFrom::Start(offset)).map_err(io_error(op, path))?;
@@ -51,7 +57,7 @@ pub(crate) fn read_file(roots: &Roots, params: ReadFileParams) -> FsResult<ReadF
         let skipped =
             io::copy(&mut (&mut file).take(offset), &mut io::sink()).map_err(io_error(op, path))?;
         if skipped < offset {
-            return Err(past_end(path, offset, skipped));
+            return Err(past_end(path, offset, skipped).into());
         }
     }
     let expected = if sized { wanted } else { 0 };
@@ -60,7 +66,7 @@ pub(crate) fn read_file(roots: &Roots, params: ReadFileParams) -> FsResult<ReadF
     let cap = wanted.min(READ_LIMIT + 1);
     file.take(cap).read_to_end(&mut data).map_err(io_error(op, path))?;
     if data.len() as u64 > READ_LIMIT {
-        return Err(too_large());
+        return Err(too_large().into());
     }
     Ok(ReadFileResult { data_base64: Base64(data) })
 }

@@ -7,7 +7,8 @@
 //! through a magic link (`/proc/PID/fd/N`), and a directory already seen
 //! (same device and inode: a loop, or two links to one place) is not entered
 //! again. Bounds: levels, directories opened, entries returned, and the bytes
-//! of the paths returned.
+//! of the paths returned. [`WalkRules`] choose how bounds, a root that is no
+//! directory, links and names that are not UTF-8 are treated.
 
 use std::collections::{HashSet, VecDeque};
 use std::ffi::OsStr;
@@ -18,8 +19,8 @@ use std::path::{Path, PathBuf};
 use super::error::FsOp;
 use super::sys;
 use super::walk::DirStream;
-use super::{FsResult, Roots};
-use crate::protocol::WalkOptions;
+use super::{FsResult, Roots, WalkRules};
+use crate::protocol::{ErrorObject, WalkOptions};
 
 /// Default and ceiling of `maxDepth`.
 const MAX_DEPTH: u32 = 64;
@@ -27,6 +28,8 @@ const MAX_DEPTH: u32 = 64;
 const MAX_DIRECTORIES: u32 = 10_000;
 /// Default and ceiling of `maxEntries`.
 const MAX_ENTRIES: u32 = 100_000;
+/// The ceiling of `maxEntries` when bad bounds are refused.
+const STRICT_MAX_ENTRIES: u32 = 50_000;
 /// Bytes of paths one walk returns at most (its reply stays well inside a message).
 const MAX_PATH_BYTES: usize = 32 * 1024 * 1024;
 
@@ -42,18 +45,37 @@ pub(crate) struct Walked {
 
 /// Walks the tree at `path` within `options`' bounds: entries at most
 /// `maxDepth` levels below it (1: its own entries).
-pub(crate) fn walk(roots: &Roots, path: &Path, options: &WalkOptions) -> FsResult<Walked> {
+pub(crate) fn walk(
+    roots: &Roots,
+    path: &Path,
+    options: &WalkOptions,
+    rules: &WalkRules,
+) -> FsResult<Walked> {
     let op = FsOp::Walk;
+    let entries_ceiling = if rules.refuse_bad_bounds { STRICT_MAX_ENTRIES } else { MAX_ENTRIES };
+    if rules.refuse_bad_bounds {
+        check_bounds(options)?;
+    }
     let max_depth = options.max_depth.unwrap_or(MAX_DEPTH).min(MAX_DEPTH);
     let max_directories = options.max_directories.unwrap_or(MAX_DIRECTORIES).min(MAX_DIRECTORIES);
-    let max_entries = options.max_entries.unwrap_or(MAX_ENTRIES).min(MAX_ENTRIES) as usize;
+    let max_entries = options.max_entries.unwrap_or(entries_ceiling).min(entries_ceiling) as usize;
     let located = roots.locate(path)?;
     let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
+    if rules.non_directory_root_is_empty {
+        let follow = if options.follow_directory_symlinks { 0 } else { libc::O_NOFOLLOW };
+        let root = located.open(libc::O_PATH | follow).map_err(|e| located.fail(op, e))?;
+        let stat = sys::fstat(root.as_fd()).map_err(|e| located.fail(op, e))?;
+        if sys::file_type(&stat) != libc::S_IFDIR {
+            return Ok(Walked::default());
+        }
+    }
     // The start is opened (and its errors reported) like any fs path.
     drop(located.open(flags).map_err(|e| located.fail(op, e))?);
     let mut seen = HashSet::new();
     let mut walked = Walked::default();
     let mut bytes = 0usize;
+    // Entries counted against maxEntries (a lossy name reported as an error counts).
+    let mut counted = 0usize;
     // Directories to read: the path below the start, its depth, and whether
     // reaching it followed a link (then it is opened following links).
     let mut queue = VecDeque::from([(PathBuf::new(), 0u32, false)]);
@@ -102,9 +124,22 @@ pub(crate) fn walk(roots: &Roots, path: &Path, options: &WalkOptions) -> FsResul
             let child = rel.join(OsStr::from_bytes(name.to_bytes()));
             let full = path.join(&child);
             bytes += full.as_os_str().len() + 32;
-            if walked.entries.len() >= max_entries || bytes > MAX_PATH_BYTES {
+            if counted >= max_entries || bytes > MAX_PATH_BYTES {
                 walked.truncated = true;
                 return Ok(walked);
+            }
+            counted += 1;
+            if rules.lossy_names && std::str::from_utf8(name.to_bytes()).is_err() {
+                // Upstream's walk knows names only as text: the lossy name
+                // names nothing, so it is an error, not an entry.
+                let lossy = String::from_utf8_lossy(name.to_bytes()).into_owned();
+                let lossy_path = path.join(&rel).join(&lossy);
+                let error = match located.open_below(&rel.join(&lossy), libc::O_PATH, 0) {
+                    Ok(_) => continue,
+                    Err(error) => error,
+                };
+                walked.errors.push((lossy_path, error.to_string()));
+                continue;
             }
             let kind = match d_type {
                 libc::DT_UNKNOWN => match sys::fstatat(stream.fd(), &name, false) {
@@ -143,6 +178,9 @@ pub(crate) fn walk(roots: &Roots, path: &Path, options: &WalkOptions) -> FsResul
                 }
                 _ => None,
             };
+            if kind == libc::DT_LNK && directory.is_none() && rules.links_only_as_directories {
+                continue;
+            }
             if let Some(linked_here) = directory {
                 if descend {
                     if queued < max_directories {
@@ -157,4 +195,22 @@ pub(crate) fn walk(roots: &Roots, path: &Path, options: &WalkOptions) -> FsResul
         }
     }
     Ok(walked)
+}
+
+/// Refuses bounds of 0 and bounds over the ceilings (upstream's words).
+fn check_bounds(options: &WalkOptions) -> Result<(), ErrorObject> {
+    if options.max_directories == Some(0) || options.max_entries == Some(0) {
+        return Err(ErrorObject::invalid_request(
+            "filesystem walk limits must be greater than zero",
+        ));
+    }
+    let over = options.max_depth.is_some_and(|d| d > MAX_DEPTH)
+        || options.max_directories.is_some_and(|d| d > MAX_DIRECTORIES)
+        || options.max_entries.is_some_and(|e| e > STRICT_MAX_ENTRIES);
+    if over {
+        return Err(ErrorObject::invalid_request(format!(
+            "filesystem walk limits exceed maximums: depth={MAX_DEPTH}, directories={MAX_DIRECTORIES}, entries={STRICT_MAX_ENTRIES}"
+        )));
+    }
+    Ok(())
 }

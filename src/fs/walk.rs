@@ -164,6 +164,7 @@ pub(crate) fn copy_tree(
     parent: BorrowedFd<'_>,
     name: &CStr,
     destination: &Path,
+    skip_special: bool,
 ) -> Result<(), ErrorObject> {
     struct Level {
         source: DirStream,
@@ -194,11 +195,17 @@ pub(crate) fn copy_tree(
             let source = DirStream::new(fd).map_err(io_error(op, &here))?;
             rel.push(OsStr::from_bytes(name.to_bytes()));
             levels.push(Level { source, target, mode });
-        } else {
+        } else if !(skip_special && is_special(from, &name).map_err(io_error(op, &here))?) {
             copy_entry(from, &name, to, &here)?;
         }
     }
     Ok(())
+}
+
+/// Whether entry `name` of `dir` is neither a regular file, a directory nor a symlink.
+fn is_special(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<bool> {
+    let kind = sys::file_type(&sys::fstatat(dir, name, false)?);
+    Ok(!matches!(kind, libc::S_IFREG | libc::S_IFDIR | libc::S_IFLNK))
 }
 
 /// Creates directory `name` in `dir` (or takes the existing one) and opens it,

@@ -56,6 +56,8 @@ enum Life {
 pub(crate) struct Settled {
     /// `process/exited` went out now: parked reads may be answerable.
     pub(crate) reported_exit: bool,
+    /// `process/closed` went out now: reads waiting past the exit end.
+    pub(crate) closed: bool,
     /// Everything is sent and the reservation is over: the id may be forgotten.
     pub(crate) forgettable: bool,
 }
@@ -199,6 +201,22 @@ impl Entry {
         matches!(self.life, Life::Reported(..) | Life::Closed(..))
     }
 
+    /// Whether a `process/read` after `after_seq` has something to say now, so
+    /// it must not wait. Part B: a chunk after it, or the exit reported. Today's
+    /// counter: a chunk after it, the close, or an exit event after it; a read
+    /// past the exit waits for output a descendant writes later, or the close.
+    pub(crate) fn read_ready(&self, after_seq: u64) -> bool {
+        if self.output.has_after(after_seq) {
+            return true;
+        }
+        match (self.numbering, &self.life) {
+            (_, Life::Running | Life::Exited(_)) => false,
+            (Numbering::Output, Life::Reported(..) | Life::Closed(..)) => true,
+            (Numbering::Counter, Life::Reported(_, exit_seq)) => *exit_seq > after_seq,
+            (Numbering::Counter, Life::Closed(..)) => true,
+        }
+    }
+
     /// Whether nothing more will be sent for this process.
     pub(crate) fn is_settled(&self) -> bool {
         matches!(self.life, Life::Closed(..))
@@ -214,7 +232,7 @@ impl Entry {
         reservation: Duration,
         out: &mut Vec<String>,
     ) -> Settled {
-        let mut reported_exit = false;
+        let (mut reported_exit, mut closed) = (false, false);
         let life = std::mem::replace(&mut self.life, Life::Running);
         self.life = match life {
             Life::Exited(exit) if !self.streams_open() || now >= exit.at + drain => {
@@ -228,15 +246,16 @@ impl Entry {
         let life = std::mem::replace(&mut self.life, Life::Running);
         self.life = match life {
             Life::Reported(exit, seq) if !self.streams_open() => {
-                let closed = self.numbering.event_seq(&mut self.output);
-                out.push(self.closed_line(closed));
+                let closed_seq = self.numbering.event_seq(&mut self.output);
+                out.push(self.closed_line(closed_seq));
+                closed = true;
                 Life::Closed(exit, seq)
             }
             other => other,
         };
         let forgettable =
             matches!(&self.life, Life::Closed(exit, _) if now >= exit.at + reservation);
-        Settled { reported_exit, forgettable }
+        Settled { reported_exit, closed, forgettable }
     }
 
     fn exit(&self) -> Option<&ExitInfo> {

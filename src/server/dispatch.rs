@@ -356,7 +356,8 @@ impl State {
             return None;
         }
         if method.starts_with("fs/") {
-            return self.fs.submit(Call { id, method, params, bytes, dialect, confine });
+            let today = self.today;
+            return self.fs.submit(Call { id, method, params, bytes, dialect, today, confine });
         }
         // Process requests take effect in arrival order: behind the starts under
         // way (a start behind only starts goes to the spawner at once: it keeps

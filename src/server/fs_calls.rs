@@ -19,7 +19,7 @@ use tokio::task::{Id, JoinSet};
 use tokio::time::{Duration, Instant};
 
 use super::dispatch::{decode, reply};
-use crate::dialect::{outbound, Dialect};
+use crate::dialect::{fs_rules, outbound, Dialect};
 use crate::fs::{self, Handles, Roots};
 use crate::protocol::*;
 
@@ -54,6 +54,9 @@ pub(super) struct Call {
     pub(super) bytes: usize,
     /// How to answer it.
     pub(super) dialect: Dialect,
+    /// The connection has spoken today's dialect: its handle calls (which
+    /// name no path, so their own dialect cannot tell) follow today's rules.
+    pub(super) today: bool,
     /// A write under a managed sandbox context: confined beneath these.
     pub(super) confine: Option<Vec<PathBuf>>,
 }
@@ -219,7 +222,11 @@ impl FsCalls {
 
 /// Decodes, runs and encodes one call (on a blocking thread).
 fn run(roots: &Roots, handles: &Handles, call: Call) -> String {
-    let Call { id, method, params, dialect, confine, .. } = call;
+    let Call { id, method, params, dialect, today, confine, .. } = call;
+    let connection = if today { Dialect::Today } else { dialect };
+    let rules = fs_rules::handle_rules(connection);
+    let choices = fs_rules::fs_rules(dialect);
+    let word = |refusal| fs_rules::refusal(connection, refusal);
     // A write under a managed sandbox context: confined beneath its writable roots.
     let confined;
     let roots = match confine {
@@ -240,7 +247,7 @@ fn run(roots: &Roots, handles: &Handles, call: Call) -> String {
         // The bulk path: the data is encoded straight into the reply line.
         ReadFile::NAME => answer(
             decode::<ReadFile>(params)
-                .and_then(|p| fs::read_file(roots, p))
+                .and_then(|p| fs::read_file(roots, p).map_err(|r| fs_rules::refusal(dialect, r)))
                 .map(|result| encode_read_file(&id, &result.data_base64.0)),
         ),
         WriteFile::NAME => answer(ok::<WriteFile>(&id, params, |p| fs::write_file(roots, p))),
@@ -249,28 +256,32 @@ fn run(roots: &Roots, handles: &Handles, call: Call) -> String {
         }
         GetMetadata::NAME => answer(ok::<GetMetadata>(&id, params, |p| fs::get_metadata(roots, p))),
         ReadDirectory::NAME => {
-            answer(ok::<ReadDirectory>(&id, params, |p| fs::read_directory(roots, p)))
+            answer(ok::<ReadDirectory>(&id, params, |p| fs::read_directory(roots, p, &choices)))
         }
         Remove::NAME => answer(ok::<Remove>(&id, params, |p| fs::remove(roots, p))),
-        Copy::NAME => answer(ok::<Copy>(&id, params, |p| fs::copy(roots, p))),
+        Copy::NAME => answer(ok::<Copy>(&id, params, |p| fs::copy(roots, p, &choices))),
         Rename::NAME => answer(ok::<Rename>(&id, params, |p| fs::rename(roots, p))),
         Canonicalize::NAME => answer(ok::<Canonicalize>(&id, params, |p| {
             fs::canonicalize(roots, &p.path).map(|path| path_result(dialect, &path))
         })),
         Walk::NAME => answer(ok::<Walk>(&id, params, |p| {
-            fs::walk(roots, &p.path, &p.options).map(|walked| walk_result(dialect, walked))
+            fs::walk(roots, &p.path, &p.options, &choices.walk)
+                .map(|walked| walk_result(dialect, walked))
         })),
         Open::NAME => answer(ok::<Open>(&id, params, |p| {
-            let handle_id = handles.open(roots, p.handle_id, &p.path, p.mode)?;
+            let handle_id =
+                handles.open(roots, p.handle_id, &p.path, p.mode, &rules).map_err(word)?;
             Ok(HandleParams { handle_id })
         })),
         ReadBlock::NAME => answer(ok::<ReadBlock>(&id, params, |p| {
-            handles.read_block(&p.handle_id, p.offset, p.len)
+            handles.read_block(&p.handle_id, p.offset, p.len, &rules).map_err(word)
         })),
         WriteBlock::NAME => answer(ok::<WriteBlock>(&id, params, |p| {
-            handles.write_block(&p.handle_id, p.offset, &p.chunk.0)
+            handles.write_block(&p.handle_id, p.offset, &p.chunk.0, &rules).map_err(word)
         })),
-        Close::NAME => answer(ok::<Close>(&id, params, |p| handles.close(&p.handle_id))),
+        Close::NAME => {
+            answer(ok::<Close>(&id, params, |p| handles.close(&p.handle_id, &rules).map_err(word)))
+        }
         other => encode_response::<Empty>(
             &id,
             &Err(ErrorObject::new(
@@ -408,7 +419,7 @@ mod queue_tests {
 
     fn metadata_call(id: i64, params: Value) -> Call {
         let (method, dialect, confine) = (GetMetadata::NAME.into(), Dialect::V0, None);
-        Call { id: RequestId::from(id), method, params, bytes: 10, dialect, confine }
+        Call { id: RequestId::from(id), method, params, bytes: 10, dialect, today: false, confine }
     }
 
     #[tokio::test]
