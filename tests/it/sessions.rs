@@ -798,3 +798,46 @@ async fn an_exit_while_detached_stays_readable_past_the_id_reservation() {
     let _ = stop.send(());
     crate::support::within("the listener to stop", listening).await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn tunnels_end_with_their_connection_and_a_forward_keeps_listening_through_a_resume() {
+    use tokio::io::AsyncWriteExt;
+    // An echo server that says when a connection's EOF came.
+    let echo = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let echo_port = echo.local_addr().unwrap().port();
+    let (eofs, mut eof) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = echo.accept().await {
+            let eofs = eofs.clone();
+            tokio::spawn(async move {
+                let (mut reader, mut writer) = stream.split();
+                let _ = tokio::io::copy(&mut reader, &mut writer).await;
+                let _ = eofs.send(());
+            });
+        }
+    });
+    let server = WsServer::start(&["--listen", "ws://127.0.0.1:0"]).await;
+    let relay = Relay::start(&server.url).await;
+    let client = Client::connect_ws(&relay.url, ClientOptions::default()).await.unwrap();
+    let forward = client.forward("127.0.0.1:0", "127.0.0.1", echo_port).await.unwrap();
+    let local = forward.local_addr();
+    let echoed = |word: &'static str| async move {
+        let mut local = TcpStream::connect(local).await.unwrap();
+        local.write_all(word.as_bytes()).await.unwrap();
+        let mut back = vec![0u8; word.len()];
+        local.read_exact(&mut back).await.unwrap();
+        assert_eq!(back, word.as_bytes());
+        local
+    };
+    let mut first = within("an echo through the forward", echoed("one")).await;
+    // The connection drops: its tunnel is closed on the server's side, and the local side ends.
+    relay.cut();
+    within("the tunnel's remote side to see EOF", eof.recv()).await.unwrap();
+    let mut rest = Vec::new();
+    let _ = within("the local side to end", first.read_to_end(&mut rest)).await;
+    assert!(rest.is_empty());
+    // The session resumes; the forward still listens and tunnels on the new connection.
+    let second = within("an echo after the resume", echoed("two")).await;
+    drop(second);
+    within("the second tunnel's EOF", eof.recv()).await.unwrap();
+}
