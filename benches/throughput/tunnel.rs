@@ -12,10 +12,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// Bytes read per run.
-pub const TUNNEL_BYTES: u64 = 256 * 1024 * 1024;
+pub(crate) const TUNNEL_BYTES: u64 = 256 * 1024 * 1024;
 
 /// A loopback source writing [`TUNNEL_BYTES`] to each connection; its port.
-pub async fn source() -> u16 {
+pub(crate) async fn source() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move {
@@ -37,7 +37,7 @@ pub async fn source() -> u16 {
 }
 
 /// Connects to `port` and reads everything; the time it took.
-pub async fn read_all(port: u16) -> Duration {
+pub(crate) async fn read_all(port: u16) -> Duration {
     let start = Instant::now();
     let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     let mut buffer = vec![0u8; 256 * 1024];
@@ -54,7 +54,7 @@ pub async fn read_all(port: u16) -> Duration {
 }
 
 /// A forward of a local port to `port` through `client`; the local port.
-pub async fn forward(client: &Client, port: u16) -> (exec_server::Forward, u16) {
+pub(crate) async fn forward(client: &Client, port: u16) -> (exec_server::Forward, u16) {
     let forward = client.forward("127.0.0.1:0", "127.0.0.1", port).await.unwrap();
     let local = forward.local_addr().port();
     (forward, local)
@@ -62,7 +62,7 @@ pub async fn forward(client: &Client, port: u16) -> (exec_server::Forward, u16) 
 
 /// An sshd of the bench's own and an `ssh -N -L` through it to `port`: the
 /// local port, and the processes to kill. `None` (said why) without sshd.
-pub async fn ssh_forward(port: u16) -> Option<(u16, Vec<tokio::process::Child>, PathBuf)> {
+pub(crate) async fn ssh_forward(port: u16) -> Option<(u16, Vec<tokio::process::Child>, PathBuf)> {
     let sshd = Path::new("/usr/sbin/sshd");
     if !sshd.exists() {
         println!(
