@@ -66,6 +66,11 @@ impl Ports {
         }
     }
 
+    /// No `ports/list` waits for its reply.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.answering.is_empty() && self.waiting.is_empty()
+    }
+
     /// `ports/watch`: the first scan reports every port open now, then changes.
     pub(crate) fn watch(&mut self) {
         if !self.watching {

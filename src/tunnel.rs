@@ -142,6 +142,13 @@ impl Tunnels {
     ) -> Result<(), ErrorObject> {
         let TunnelOpenParams { tunnel_id, host, port } = params;
         check_id(&tunnel_id)?;
+        if host.len() > target::MAX_HOST_BYTES {
+            return Err(ErrorObject::invalid_params(format!(
+                "host must be at most {} bytes, not {}",
+                target::MAX_HOST_BYTES,
+                host.len()
+            )));
+        }
         let target = target::allow(self.policy, &host, port)?;
         if self.entries.contains_key(&tunnel_id) {
             return Err(ErrorObject::invalid_request(format!("tunnel {tunnel_id} already exists")));
@@ -238,6 +245,11 @@ impl Tunnels {
         self.ids.remove(&entry.serial);
         refuse_waiting(tunnel_id, entry, "it was closed", out);
         Ok(())
+    }
+
+    /// No request waits for its reply (opens and writes under way).
+    pub(crate) fn is_idle(&self) -> bool {
+        self.entries.values().all(|entry| entry.opening.is_none() && entry.pending.is_empty())
     }
 
     /// `tunnel/ack`: `bytes` more may be sent (never more than were sent).

@@ -174,7 +174,11 @@ where
         if detaching {
             break;
         }
-        if !input_open && state.table.is_settled() && state.fs.is_idle() && !link.outbox.has_lines()
+        if !input_open
+            && state.table.is_settled()
+            && state.fs.is_idle()
+            && state.links_idle()
+            && !link.outbox.has_lines()
         {
             break;
         }

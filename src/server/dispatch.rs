@@ -138,7 +138,15 @@ impl State {
     /// Nothing the client asked is still under way: no start, no request
     /// waiting behind one, no fs call.
     pub(super) fn is_quiet(&self) -> bool {
-        !self.table.is_starting() && self.waiting.is_empty() && self.fs.is_idle()
+        !self.table.is_starting()
+            && self.waiting.is_empty()
+            && self.fs.is_idle()
+            && self.links_idle()
+    }
+
+    /// No tunnel or ports request waits for its reply.
+    pub(super) fn links_idle(&self) -> bool {
+        self.tunnels.is_idle() && self.ports.is_idle()
     }
 
     /// Whether the client has been told this session's id.
