@@ -56,14 +56,23 @@ impl Held {
         Held { permit, account, bytes }
     }
 
-    /// Keeps `bytes` of the hold.
-    fn shrink_to(&mut self, bytes: usize) {
-        let freed = self.bytes.saturating_sub(bytes);
-        if let Some(rest) = self.permit.split(freed) {
-            drop(rest);
+    /// Holds `bytes` instead: gives back the excess, or waits in `room` for the rest.
+    async fn resize(&mut self, room: &Arc<Semaphore>, bytes: usize) {
+        if bytes <= self.bytes {
+            let freed = self.bytes - bytes;
+            drop(self.permit.split(freed));
+            self.account.release(freed);
+        } else {
+            let more = u32::try_from(bytes - self.bytes).unwrap_or(u32::MAX);
+            // The room is never closed: an error cannot come.
+            if let Ok(permit) = room.clone().acquire_many_owned(more).await {
+                self.permit.merge(permit);
+                self.account.hold(more as usize);
+            } else {
+                return;
+            }
         }
-        self.account.release(freed);
-        self.bytes -= freed;
+        self.bytes = bytes;
     }
 }
 
@@ -86,7 +95,6 @@ struct Entry {
     write_closed: bool,
     credit: Arc<Semaphore>,
     unacked: usize,
-    last_seq: u64,
     task: JoinHandle<()>,
 }
 
@@ -187,7 +195,6 @@ impl Tunnels {
                 write_closed: false,
                 credit,
                 unacked: 0,
-                last_seq: 0,
                 task,
             },
         );
@@ -299,10 +306,9 @@ impl Tunnels {
                 }
                 out.push(encode_response(&request, &result.map(|()| Empty {})));
             }
-            Event::Data { bytes, held, .. } => {
-                entry.last_seq += 1;
-                entry.unacked += bytes.len();
-                out.push(encode_tunnel_data(&id, entry.last_seq, &bytes));
+            Event::Data { line, size, held, .. } => {
+                entry.unacked += size;
+                out.push(line);
                 // Handed to the outbox, which bounds what waits there.
                 drop(held);
             }

@@ -16,14 +16,15 @@ use tokio::sync::{mpsc, Semaphore};
 use super::target::{self, Target};
 use super::{Held, CHUNK};
 use crate::process::Account;
-use crate::protocol::{ErrorObject, TunnelEnd};
+use crate::protocol::{encode_tunnel_data, ErrorObject, TunnelEnd};
 
 /// What the task tells the loop, in order.
 pub(super) enum Event {
     /// The connect finished.
     Connected { serial: u64, result: Result<(), ErrorObject> },
-    /// Bytes from the remote side, charged until they are handed out.
-    Data { serial: u64, bytes: Vec<u8>, held: Held },
+    /// Bytes from the remote side (`size` of them), as their encoded
+    /// `tunnel/data` line, charged until it is handed out.
+    Data { serial: u64, line: String, size: usize, held: Held },
     /// The oldest write is done (or failed, with the OS's words).
     Written { serial: u64, result: Result<(), String> },
     /// The tunnel is over.
@@ -82,6 +83,7 @@ async fn read_side(
     events: &mpsc::Sender<Event>,
 ) -> (TunnelEnd, Option<String>) {
     let mut buffer = vec![0u8; CHUNK];
+    let mut seq = 0;
     loop {
         // One byte of credit first (the window may be spent), then all there is.
         let Ok(first) = spec.credit.acquire().await else { return closed() };
@@ -102,9 +104,11 @@ async fn read_side(
             Ok(0) => return (TunnelEnd::Eof, None),
             Ok(n) => {
                 spec.credit.add_permits(granted - n);
-                held.shrink_to(n);
-                let bytes = buffer[..n].to_vec();
-                let data = Event::Data { serial: spec.serial, bytes, held };
+                // Encoded here, off the loop; held for what the line costs.
+                seq += 1;
+                let line = encode_tunnel_data(&spec.id, seq, &buffer[..n]);
+                held.resize(&spec.room, line.len()).await;
+                let data = Event::Data { serial: spec.serial, line, size: n, held };
                 if events.send(data).await.is_err() {
                     return closed();
                 }
