@@ -608,8 +608,6 @@ impl StartParams {
             sandbox: None,
             pipe_stdin: false,
             size: None,
-            numbering: Default::default(),
-            answer: Default::default(),
         }
     }
 

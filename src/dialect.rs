@@ -5,7 +5,7 @@
 //! file URI, an `envPolicy`, a sandbox context: see [`inbound`]) is made
 //! into that model before dispatch, and its answer is made back into today's
 //! shapes by [`outbound`]; a process started in it numbers its exit and close
-//! events in its output's sequence ([`Numbering::Counter`]). The rule is
+//! events in its output's sequence (`Numbering::Counter`). The rule is
 //! written in PROTOCOL.md, "Dialects".
 
 #[cfg(feature = "server")]
@@ -38,26 +38,6 @@ pub enum Dialect {
     Today,
 }
 
-/// How a process numbers its notifications.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) enum Numbering {
-    /// Part B: only output chunks take seqs; exited and closed carry the last one.
-    #[default]
-    Output,
-    /// Today's dialect: one counter for output, exit and close alike (output
-    /// ends at n, exited is n+1, closed n+2, and `nextSeq` counts them).
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    Counter,
-}
-
+/// How a process numbers its notifications (the core's option, chosen here).
 #[cfg(feature = "server")]
-impl Numbering {
-    /// The seq of the exit or close event of a process whose log is `log`:
-    /// the last output's under Part B, a seq of its own under today's counter.
-    pub(crate) fn event_seq(self, log: &mut crate::process::OutputLog) -> u64 {
-        match self {
-            Numbering::Output => log.last_seq(),
-            Numbering::Counter => log.reserve(),
-        }
-    }
-}
+pub(crate) use crate::process::Numbering;

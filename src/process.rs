@@ -12,6 +12,7 @@ mod launch;
 mod output;
 mod pumps;
 mod registry;
+mod shape;
 mod signal;
 mod spawn;
 mod spawner;
@@ -35,12 +36,12 @@ pub(crate) use self::pumps::ProcEvent;
 use self::pumps::{StdinError, StdinOp, STDIN_LIMIT};
 pub(crate) use self::registry::want_watcher;
 pub(crate) use self::registry::{kill_descendants, reap_orphans};
+pub(crate) use self::shape::{Numbering, Shape};
 use self::signal::Signal;
 use self::spawn::SpawnError;
 use self::timers::{Timer, TimerKey, Timers};
 use self::tree::Session;
 pub(crate) use self::watcher::run_if_watcher;
-use crate::dialect::outbound;
 use crate::fs::Roots;
 use crate::protocol::{
     encode_response, ErrorObject, ListResult, ReadParams, ReadResult, ResizeParams, RunningResult,
@@ -135,6 +136,7 @@ struct Starting {
     request: crate::protocol::RequestId,
     serial: u64,
     params: StartParams,
+    shape: Shape,
     /// What its argv, env and cwd cost while held (the entry keeps argv's).
     charge: Charge,
     outcome: tokio::sync::oneshot::Receiver<spawner::Outcome>,
@@ -230,6 +232,7 @@ impl ProcessTable {
         &mut self,
         request: crate::protocol::RequestId,
         params: StartParams,
+        shape: Shape,
         roots: Arc<Roots>,
     ) -> Result<Begun, ErrorObject> {
         if params.argv.is_empty() {
@@ -313,7 +316,7 @@ impl ProcessTable {
                 )),
             })
         }));
-        self.starting.push_back(Starting { request, serial, params, charge, outcome });
+        self.starting.push_back(Starting { request, serial, params, shape, charge, outcome });
         Ok(Begun::Spawning)
     }
 
@@ -373,7 +376,8 @@ impl ProcessTable {
         &mut self,
         outcome: Result<spawner::Outcome, tokio::sync::oneshot::error::RecvError>,
     ) -> String {
-        let Some(Starting { request, serial, params, mut charge, .. }) = self.starting.pop_front()
+        let Some(Starting { request, serial, params, shape, mut charge, .. }) =
+            self.starting.pop_front()
         else {
             return String::new();
         };
@@ -384,6 +388,7 @@ impl ProcessTable {
                 Entry::start(
                     serial,
                     &params,
+                    shape,
                     spawned,
                     &self.events,
                     self.limits.retained_bytes,
@@ -403,11 +408,7 @@ impl ProcessTable {
                 let session = entry.signal_tree(&[Signal::KILL]);
                 self.sweep(vec![session], &[Signal::KILL]);
             }
-            let sandbox_type = outbound::start_sandbox_type(
-                params.answer,
-                params.sandbox.as_ref(),
-                entry.sandbox_type,
-            );
+            let sandbox_type = shape.start_sandbox_type(params.sandbox.as_ref(), entry.sandbox_type);
             self.ids.insert(serial, params.process_id.clone());
             self.entries.insert(params.process_id.clone(), entry);
             StartResult { process_id: params.process_id.clone(), sandbox_type }

@@ -8,7 +8,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::{uri, Dialect};
+use super::{uri, Dialect, Numbering};
+use crate::process::Shape;
 use crate::protocol::{ErrorObject, SandboxType, WriteResult, WriteStatus};
 
 /// Today's code for an fs NotFound.
@@ -35,24 +36,19 @@ pub(crate) fn path(dialect: Dialect, path: &Path) -> String {
     }
 }
 
-/// The sandbox type a start result names.
-pub(crate) fn sandbox_type(dialect: Dialect, sandbox: SandboxType) -> SandboxType {
-    match (dialect, sandbox) {
-        (Dialect::Today, SandboxType::LinuxLandlock) => SandboxType::LinuxSeccomp,
-        (_, other) => other,
+/// The shape of a process's answers in `dialect`: today's numbers exit and
+/// close in the output's sequence when started with a file-URI cwd
+/// (`numbering`, decided by [`super::inbound`]), calls the Linux sandbox
+/// `linuxSeccomp` and always names it in the start result; exec-server.v0
+/// names it only when a sandbox was asked for (Part A's start result is
+/// exactly `{"processId"}`).
+pub(crate) fn start_shape(dialect: Dialect, numbering: Numbering) -> Shape {
+    match dialect {
+        Dialect::Today => {
+            Shape { numbering, landlock_name: SandboxType::LinuxSeccomp, always_name_sandbox: true }
+        }
+        Dialect::V0 => Shape { numbering, ..Shape::default() },
     }
-}
-
-/// The sandbox type a start result carries: always in today's dialect; in
-/// exec-server.v0 only when the start asked for a sandbox (Part A's start
-/// result is exactly `{"processId"}`).
-pub(crate) fn start_sandbox_type(
-    dialect: Dialect,
-    asked: Option<&crate::protocol::Sandbox>,
-    sandbox: SandboxType,
-) -> Option<SandboxType> {
-    let asked = asked.is_some_and(|s| s.mode != crate::protocol::SandboxMode::None);
-    (dialect == Dialect::Today || asked).then(|| sandbox_type(dialect, sandbox))
 }
 
 /// A refused write in today's dialect: the status that says why, when there is one.

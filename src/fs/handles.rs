@@ -6,7 +6,7 @@
 //! [`HandleRules::limit`]; they close with the connection (or, when a session
 //! detaches, with the connection it had). Reads and writes use pread and
 //! pwrite, so blocks of one handle may be moved concurrently. The rules that
-//! differ between dialects are plain options ([`HandleRules`]), and refusals
+//! callers choose are plain options ([`HandleRules`]), and refusals
 //! are [`Refusal`]s, worded by the caller.
 
 use std::collections::HashMap;
@@ -35,7 +35,7 @@ struct Handle {
     mode: OpenMode,
 }
 
-/// How a connection's handles behave where the dialects differ.
+/// How a connection's handles behave where callers choose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct HandleRules {
     /// Open handles per connection.

@@ -1,4 +1,4 @@
-//! The refusals of file reads and handles that a dialect may word its own
+//! The refusals of file reads and handles that a caller may word its own
 //! way: the facts, and this server's own wording (`Display`, [`ErrorObject`]).
 
 use std::path::PathBuf;
@@ -26,7 +26,7 @@ pub(crate) enum Refusal {
     TooManyHandles(usize),
     #[error("len must be 1 to {MAX_BLOCK}; got {0}")]
     BadBlockLength(u64),
-    /// Any other failure, worded alike in every dialect.
+    /// Any other failure, worded alike by every caller.
     #[error("{}", .0.message)]
     Fs(ErrorObject),
 }

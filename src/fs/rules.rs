@@ -1,5 +1,5 @@
-//! The fs behaviours that are a choice, as plain options; the dialect edge
-//! decides them (`dialect/fs_rules.rs`), the default is this server's own.
+//! The fs behaviours that are a choice, as plain options; the edge that
+//! translated the request decides them, the default is this server's own.
 
 /// Where the fs methods may behave one way or another.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

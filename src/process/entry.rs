@@ -15,11 +15,11 @@ use tokio::time::Instant;
 use super::output::{Account, OutputLog};
 use super::pumps::{self, EventSender, StdinQueue};
 use super::registry;
+use super::shape::{Numbering, Shape};
 use super::signal::{signal_group, ExitInfo, Signal};
 use super::spawn::{self, SpawnError, SpawnRequest, Spawned};
 use super::tree::{self, Session};
 use super::write_ids::WriteIds;
-use crate::dialect::Numbering;
 use crate::protocol::{
     encode_notification, encode_output, ClosedParams, ExitedParams, ProcessClosed, ProcessExited,
     ProcessInfo, ReadParams, ReadResult, SandboxType, StartParams, Stream,
@@ -77,10 +77,8 @@ pub(crate) struct Entry {
     pub(crate) stdin: Option<StdinQueue>,
     /// The `writeId`s applied to stdin.
     pub(crate) write_ids: WriteIds,
-    /// How its notifications are numbered (the dialect that started it).
-    numbering: Numbering,
-    /// The dialect of its start, in which `process/list` names its sandbox too.
-    answer: crate::dialect::Dialect,
+    /// How its answers are numbered and name its sandbox (chosen at its start).
+    shape: Shape,
     master: Option<Box<dyn MasterPty + Send>>,
     tasks: JoinSet<()>,
     /// What its stored argv costs the retained-memory budgets.
@@ -111,6 +109,7 @@ impl Entry {
     pub(crate) fn start(
         serial: u64,
         params: &StartParams,
+        shape: Shape,
         spawned: Spawned,
         events: &EventSender,
         retained_bytes: usize,
@@ -138,8 +137,7 @@ impl Entry {
             open_streams: handles.open_streams,
             stdin: handles.stdin,
             write_ids: WriteIds::default(),
-            numbering: params.numbering,
-            answer: params.answer,
+            shape,
             master: handles.master,
             tasks,
             stored: None,
@@ -202,14 +200,14 @@ impl Entry {
     }
 
     /// Whether a `process/read` after `after_seq` has something to say now, so
-    /// it must not wait. Part B: a chunk after it, or the exit reported. Today's
-    /// counter: a chunk after it, the close, or an exit event after it; a read
+    /// it must not wait. `Numbering::Output`: a chunk after it, or the exit
+    /// reported. `Numbering::Counter`: a chunk after it, the close, or an exit event after it; a read
     /// past the exit waits for output a descendant writes later, or the close.
     pub(crate) fn read_ready(&self, after_seq: u64) -> bool {
         if self.output.has_after(after_seq) {
             return true;
         }
-        match (self.numbering, &self.life) {
+        match (self.shape.numbering, &self.life) {
             (_, Life::Running | Life::Exited(_)) => false,
             (Numbering::Output, Life::Reported(..) | Life::Closed(..)) => true,
             (Numbering::Counter, Life::Reported(_, exit_seq)) => *exit_seq > after_seq,
@@ -236,7 +234,7 @@ impl Entry {
         let life = std::mem::replace(&mut self.life, Life::Running);
         self.life = match life {
             Life::Exited(exit) if !self.streams_open() || now >= exit.at + drain => {
-                let seq = self.numbering.event_seq(&mut self.output);
+                let seq = self.shape.numbering.event_seq(&mut self.output);
                 out.push(self.exited_line(&exit.info, seq));
                 reported_exit = true;
                 Life::Reported(exit, seq)
@@ -246,7 +244,7 @@ impl Entry {
         let life = std::mem::replace(&mut self.life, Life::Running);
         self.life = match life {
             Life::Reported(exit, seq) if !self.streams_open() => {
-                let closed_seq = self.numbering.event_seq(&mut self.output);
+                let closed_seq = self.shape.numbering.event_seq(&mut self.output);
                 out.push(self.closed_line(closed_seq));
                 closed = true;
                 Life::Closed(exit, seq)
@@ -332,7 +330,7 @@ impl Entry {
             running: self.is_running(),
             exit_code: self.exit().map(|e| e.code),
             signal: self.exit().and_then(|e| e.signal.clone()),
-            sandbox_type: crate::dialect::outbound::sandbox_type(self.answer, self.sandbox_type),
+            sandbox_type: self.shape.sandbox_name(self.sandbox_type),
         }
     }
 }

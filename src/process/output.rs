@@ -219,8 +219,8 @@ impl OutputLog {
         self.chunks.back().is_some_and(|newest| newest.seq > after_seq)
     }
 
-    /// Takes the next seq for an event that is not output (today's dialect
-    /// numbers exit and close with the output); returns it.
+    /// Takes the next seq for an event that is not output (under
+    /// `Numbering::Counter`, exit and close are numbered with the output); returns it.
     pub(crate) fn reserve(&mut self) -> u64 {
         self.last_seq += 1;
         self.last_seq

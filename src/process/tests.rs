@@ -114,7 +114,9 @@ async fn start(table: &mut ProcessTable, id: &str, argv: &[&str]) {
         "processId": id, "argv": argv, "cwd": "/", "env": {"PATH": "/usr/bin:/bin"},
     }))
     .unwrap();
-    table.begin_start(RequestId::from(0), params, Arc::new(Roots::default())).unwrap();
+    table
+        .begin_start(RequestId::from(0), params, Shape::default(), Arc::new(Roots::default()))
+        .unwrap();
     let reply = table.next_done().await.unwrap();
     assert!(reply.starts_with(r#"{"id":0,"result":"#), "{reply}");
 }

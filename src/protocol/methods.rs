@@ -374,12 +374,6 @@ pub struct StartParams {
     /// Initial terminal size of a tty process (Part B; default 24x80).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<TtySize>,
-    /// How the process numbers its notifications (set from the request's dialect).
-    #[serde(skip)]
-    pub(crate) numbering: crate::dialect::Numbering,
-    /// The dialect the start is answered in (set from the request).
-    #[serde(skip)]
-    pub(crate) answer: crate::dialect::Dialect,
 }
 
 /// `process/start` result.

@@ -466,11 +466,10 @@ impl State {
         let line = match method.as_str() {
             ProcessStart::NAME => {
                 let raw = params.clone();
-                let started = decode::<ProcessStart>(params).and_then(|mut p| {
+                let started = decode::<ProcessStart>(params).and_then(|p| {
                     ProcessTable::check_cwd(&p.cwd)?;
-                    p.numbering = spoken.1;
-                    p.answer = spoken.0;
-                    table.begin_start(id.clone(), p, roots.clone())
+                    let shape = outbound::start_shape(spoken.0, spoken.1);
+                    table.begin_start(id.clone(), p, shape, roots.clone())
                 });
                 match started {
                     Ok(Begun::Spawning) => return Turn::Done(None),

@@ -354,3 +354,27 @@ async fn our_client_speaks_both_dialects_to_our_server() {
         client.close();
     }
 }
+
+/// The core knows no dialect (#26): nothing under `src/process`, `src/sandbox`
+/// or `src/fs` names one; dialects are translated at the edge.
+#[test]
+fn the_core_names_no_dialect() {
+    fn walk(path: &std::path::Path, found: &mut Vec<String>) {
+        if path.is_dir() {
+            for entry in std::fs::read_dir(path).unwrap() {
+                walk(&entry.unwrap().path(), found);
+            }
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(path).unwrap().to_lowercase();
+            if text.contains("dialect") || text.contains("today") {
+                found.push(path.display().to_string());
+            }
+        }
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    for core in ["process", "process.rs", "sandbox", "sandbox.rs", "fs", "fs.rs"] {
+        walk(&root.join(core), &mut found);
+    }
+    assert_eq!(found, Vec::<String>::new());
+}
