@@ -300,11 +300,15 @@ impl Tunnels {
         match event.0 {
             Event::Connected { result, .. } => {
                 let Some(request) = entry.opening.take() else { return };
-                if let Err(error) = &result {
-                    tracing::debug!(tunnel = %id, %error.message, "tunnel did not open");
-                    self.forget(&id);
-                }
+                let failed = result.is_err();
                 out.push(encode_response(&request, &result.map(|()| Empty {})));
+                if failed {
+                    tracing::debug!(tunnel = %id, "tunnel did not open");
+                    // Writes sent before the open was answered fail with it.
+                    if let Some(entry) = self.forget(&id) {
+                        refuse_waiting(&id, entry, "it did not open", out);
+                    }
+                }
             }
             Event::Data { line, size, held, .. } => {
                 entry.unacked += size;

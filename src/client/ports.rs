@@ -27,7 +27,9 @@ impl PortWatch {
 impl Drop for PortWatch {
     fn drop(&mut self) {
         lock(&self.client.shared().ports).take();
-        self.client.send_and_forget::<PortsUnwatch>(&Empty {});
+        if !self.client.is_closed() {
+            self.client.send_and_forget::<PortsUnwatch>(&Empty {});
+        }
     }
 }
 

@@ -235,7 +235,7 @@ struct CloseOnDrop {
 
 impl Drop for CloseOnDrop {
     fn drop(&mut self) {
-        if self.armed {
+        if self.armed && !self.client.is_closed() {
             self.client.send_and_forget::<TunnelClose>(&TunnelIdParams::new(self.id.clone()));
         }
     }

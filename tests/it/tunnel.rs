@@ -151,6 +151,17 @@ async fn refusals_name_the_address_and_the_flag() {
         error["message"].as_str().unwrap().starts_with("invalid params for tunnel/open: "),
         "{error}"
     );
+    // Writes sent before a refused connect fail with it, each answered.
+    let open = json!({"tunnelId": "w", "host": "127.0.0.1", "port": port});
+    let ids = [
+        harness.send_request("tunnel/open", open).await,
+        harness.send_request("tunnel/write", json!({"tunnelId": "w", "chunk": b64(b"x")})).await,
+    ];
+    assert_eq!(harness.response(ids[0]).await["error"]["code"], -32603);
+    assert_eq!(
+        harness.response(ids[1]).await["error"],
+        json!({"code": -32600, "message": "tunnel w was not written: it did not open"})
+    );
     // No tunnel was left behind by any refusal.
     let error = harness.error("tunnel/close", json!({"tunnelId": "r"})).await;
     assert_eq!(error["message"], "unknown tunnel r");
