@@ -562,6 +562,7 @@ async fn read_lines<R: AsyncRead + Unpin>(reader: R, shared: &Shared) {
     let mut line = Vec::new();
     loop {
         match transport::read_line_into(&mut reader, MAX_INCOMING_LINE, &mut line).await {
+            Ok(Some(true)) if shared.dispatch_fast(&line) => {}
             Ok(Some(true)) => match Message::decode(&line) {
                 Ok(message) => shared.dispatch(message),
                 Err(error) => tracing::warn!(%error, "ignoring a malformed line from the server"),

@@ -446,7 +446,8 @@ pub(crate) fn encode_read_file(id: &RequestId, data: &[u8]) -> String {
 /// `head`, the base64 of `bytes` encoded straight into the line, then `tail`.
 #[cfg_attr(not(feature = "server"), allow(dead_code))]
 fn line_with_base64(head: &str, bytes: &[u8], tail: &str) -> String {
-    let mut line = Vec::with_capacity(head.len() + bytes.len().div_ceil(3) * 4 + tail.len());
+    // One byte more: the writer ends the line with `\n` in place.
+    let mut line = Vec::with_capacity(head.len() + bytes.len().div_ceil(3) * 4 + tail.len() + 1);
     line.extend_from_slice(head.as_bytes());
     b64::encode_into(bytes, &mut line);
     line.extend_from_slice(tail.as_bytes());
@@ -469,6 +470,11 @@ impl Base64 {
     /// Decodes standard base64 text.
     pub fn decode(text: &str) -> Result<Base64, base64::DecodeError> {
         b64::decode(text.as_bytes()).map(Base64)
+    }
+
+    /// [`Base64::decode`] of bytes (any byte that is not base64 is an error).
+    pub(crate) fn decode_ascii(text: &[u8]) -> Result<Vec<u8>, base64::DecodeError> {
+        b64::decode(text)
     }
 
     /// [`Base64::decode`], decoding into the text's own buffer (no second

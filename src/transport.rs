@@ -210,9 +210,9 @@ where
     let (tx, mut rx) = mpsc::channel::<String>(4);
     let task = tokio::spawn(async move {
         while let Some(line) = rx.recv().await {
-            write_line(&mut writer, &line).await?;
+            write_line(&mut writer, line).await?;
             while let Ok(line) = rx.try_recv() {
-                write_line(&mut writer, &line).await?;
+                write_line(&mut writer, line).await?;
             }
             writer.flush().await?;
         }
@@ -222,9 +222,11 @@ where
     (tx, task)
 }
 
-async fn write_line<W: AsyncWrite + Unpin>(writer: &mut W, line: &str) -> io::Result<()> {
-    writer.write_all(line.as_bytes()).await?;
-    writer.write_all(b"\n").await
+/// Writes `line` and its `\n` in one write (the large lines are made with
+/// room for it), so a reader is woken once per line.
+async fn write_line<W: AsyncWrite + Unpin>(writer: &mut W, mut line: String) -> io::Result<()> {
+    line.push('\n');
+    writer.write_all(line.as_bytes()).await
 }
 
 /// A random session id in the form of a version 4 UUID.

@@ -296,6 +296,19 @@ impl Shared {
         self.closed.subscribe()
     }
 
+    /// Routes a line that is a `tunnel/data` in the server's own form
+    /// without decoding it as JSON, when nobody subscribed to raw events;
+    /// false when the line must take the general path.
+    pub(crate) fn dispatch_fast(&self, line: &[u8]) -> bool {
+        if line.len() < 64 || !line.starts_with(br#"{"method":"tunnel/data""#) {
+            return false;
+        }
+        if lock(&self.events).as_ref().is_some_and(|events| events.receiver_count() > 0) {
+            return false;
+        }
+        lock(&self.tunnels).deliver_line(line)
+    }
+
     /// Routes one message from the server.
     pub(crate) fn dispatch(&self, message: Message) {
         match message {

@@ -81,10 +81,46 @@ impl TunnelRoutes {
         }
     }
 
+    /// A `tunnel/data` line in the server's own form (as `encode_tunnel_data`
+    /// writes it), routed without building a JSON value; false (nothing
+    /// done) for any other line, which then takes the general path.
+    pub(crate) fn deliver_line(&mut self, line: &[u8]) -> bool {
+        let Some((id, chunk)) = parse_data_line(line) else { return false };
+        let Some(route) = self.routes.get(id) else { return true };
+        let Ok(bytes) = crate::protocol::Base64::decode_ascii(chunk) else { return false };
+        let size = bytes.len();
+        if route.queued.fetch_add(size, Ordering::Relaxed) + size > WINDOW {
+            tracing::warn!(tunnel = %id, "the server sent past its window; dropping the tunnel");
+            self.routes.remove(id);
+            return true;
+        }
+        let _ = route.messages.send(TunnelMsg::Data(bytes));
+        true
+    }
+
     /// The connection is gone: every tunnel ends (their pumps see no close).
     pub(crate) fn clear(&mut self) {
         self.routes.clear();
     }
+}
+
+/// `{"method":"tunnel/data","params":{"tunnelId":"ID","seq":N,"chunk":"B64"}}`
+/// with a plain id (no escapes or control characters): the id and the chunk's text.
+fn parse_data_line(line: &[u8]) -> Option<(&str, &[u8])> {
+    let rest = line.strip_prefix(br#"{"method":"tunnel/data","params":{"tunnelId":""#)?;
+    let end = rest.iter().position(|&b| b == b'"')?;
+    let (id, rest) = rest.split_at(end);
+    if id.iter().any(|&b| b == b'\\' || b < 0x20) {
+        return None;
+    }
+    let id = std::str::from_utf8(id).ok()?;
+    let rest = rest.strip_prefix(br#"","seq":"#)?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 {
+        return None;
+    }
+    let chunk = rest[digits..].strip_prefix(br#","chunk":""#)?.strip_suffix(br#""}}"#)?;
+    Some((id, chunk))
 }
 
 /// An open tunnel as its pump sees it.
@@ -296,5 +332,25 @@ impl AsyncWrite for Tunnel {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_data_line;
+
+    #[test]
+    fn only_the_servers_own_form_takes_the_fast_path() {
+        let line =
+            br#"{"method":"tunnel/data","params":{"tunnelId":"t-1","seq":12,"chunk":"aGk="}}"#;
+        assert_eq!(parse_data_line(line), Some(("t-1", &b"aGk="[..])));
+        for other in [
+            &br#"{"method":"tunnel/data","params":{"tunnelId":"t\"1","seq":1,"chunk":"aGk="}}"#[..],
+            br#"{"method":"tunnel/data","params":{"seq":1,"tunnelId":"t","chunk":"aGk="}}"#,
+            br#"{"method":"tunnel/data","params":{"tunnelId":"t","seq":,"chunk":"aGk="}}"#,
+            br#"{"method":"tunnel/data","params":{"tunnelId":"t","seq":1,"chunk":"aGk="}} "#,
+        ] {
+            assert_eq!(parse_data_line(other), None, "{}", String::from_utf8_lossy(other));
+        }
     }
 }
