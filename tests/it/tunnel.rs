@@ -465,3 +465,52 @@ async fn a_hundred_concurrent_connections_through_one_forward_all_complete() {
     }
     assert_eq!(done, 100);
 }
+
+#[tokio::test]
+async fn writes_past_the_tunnels_buffer_are_refused_and_every_write_is_answered() {
+    // The remote side accepts and never reads: the kernel's buffers fill, then ours.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let _ = held_rx.await;
+        drop(stream);
+    });
+    let mut harness = Harness::ready().await;
+    let open = json!({"tunnelId": "full", "host": "127.0.0.1", "port": port});
+    harness.result("tunnel/open", open).await;
+    let chunk = b64(&vec![7u8; 512 * 1024]);
+    let mut ids = Vec::new();
+    for _ in 0..96 {
+        let write = json!({"tunnelId": "full", "chunk": chunk});
+        ids.push(harness.send_request("tunnel/write", write).await);
+    }
+    let refusal = |reply: &Value| {
+        let message = reply["error"]["message"].as_str().unwrap_or_default().to_owned();
+        message.starts_with("tunnel full's write buffer is full: ")
+            && message.ends_with(&format!(" bytes wait for 127.0.0.1:{port} to take them, and at most 1048576 may; wait for the replies to earlier writes"))
+            && reply["error"]["code"] == -32600
+    };
+    // Refused writes are answered at once, accepted ones once the kernel took them.
+    let first = harness.take("a refused write", |m| m.get("id").is_some() && refusal(m)).await;
+    assert!(ids.contains(&first["id"].as_i64().unwrap()));
+    // The remote side goes: every write is answered, none left hanging.
+    held_tx.send(()).unwrap();
+    let mut answered = 1;
+    while answered < ids.len() {
+        let reply = harness.take("a write's reply", |m| m.get("id").is_some()).await;
+        let message = reply["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            reply.get("result") == Some(&json!({}))
+                || refusal(&reply)
+                || message == "tunnel full was not written: it ended"
+                || message
+                    .starts_with(&format!("cannot write to tunnel full (127.0.0.1:{port}): ")),
+            "{reply}"
+        );
+        answered += 1;
+    }
+    let (_, closed) = read_tunnel(&mut harness, "full").await;
+    assert!(["reset", "eof"].contains(&closed["reason"].as_str().unwrap()), "{closed}");
+}
