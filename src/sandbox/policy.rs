@@ -143,7 +143,10 @@ fn checked_root(root: &Path, kind: &str, roots: &Roots) -> Result<PathBuf, Error
     Ok(canonical)
 }
 
-/// `path` with symlinks resolved; -32600 naming it when it is missing or not a directory.
+/// `path` with symlinks resolved once, now (`/bin` is `/usr/bin` on a
+/// merged-/usr system): the resolved directory is what the sandbox confines,
+/// opened without following links in the child, so a link changed later has
+/// no effect. -32600 naming it when it is missing or not a directory.
 fn canonical(path: &Path, what: &str) -> Result<PathBuf, ErrorObject> {
     let named = |problem: String| {
         ErrorObject::invalid_request(format!("sandbox {what} {} {problem}", path.display()))
@@ -152,14 +155,6 @@ fn canonical(path: &Path, what: &str) -> Result<PathBuf, ErrorObject> {
         std::io::ErrorKind::NotFound => named("does not exist".to_owned()),
         _ => named(format!("cannot be used: {e}")),
     })?;
-    // A root reached through a symlink is refused: whoever can write where the
-    // link is (another sandboxed process) could point it anywhere, even at `/`.
-    if canonical != crate::fs::clean_path(path) {
-        return Err(named(format!(
-            "is reached through a symlink (it resolves to {}); name the directory itself",
-            canonical.display()
-        )));
-    }
     if !canonical.is_dir() {
         return Err(named("is not a directory".to_owned()));
     }

@@ -23,7 +23,8 @@ pub(crate) struct Roots {
 }
 
 impl Roots {
-    /// Opens every root; one that is (now) reached through a symlink is an error.
+    /// Opens every root (each already resolved by the server); one that is
+    /// now reached through a symlink (swapped since) is an error.
     pub(crate) fn open(policy: &Policy) -> Result<Roots, String> {
         let open_all = |paths: &[PathBuf]| {
             paths

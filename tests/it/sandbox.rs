@@ -292,14 +292,26 @@ async fn policy_errors_name_the_root() {
         let reply = free.call("process/start", params).await;
         assert_eq!(reply["error"], json!({"code": code, "message": message}), "{sandbox}");
     }
-    // A root reached through a symlink is refused: another sandboxed process could aim it anywhere.
-    let link = tree.w.join("evil");
-    std::os::unix::fs::symlink("/", &link).unwrap();
-    let params = sandboxed("e", &["true"], tree.w(), json!({}), restricted(link.to_str().unwrap()));
-    assert_eq!(
-        free.call("process/start", params).await["error"],
-        json!({"code": -32600, "message": format!("sandbox writable root {} is reached through a symlink (it resolves to /); name the directory itself", link.display())})
+    // A root reached through a symlink is resolved once, at the start: the
+    // directory it named then is confined, whatever the link becomes.
+    let target = tree.w.join("target");
+    std::fs::create_dir(&target).unwrap();
+    let link = tree.w.join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let script = "echo in > link/made; echo out > /etc/escaped-through-link";
+    let params = sandboxed(
+        "l",
+        &["sh", "-c", script],
+        tree.w(),
+        json!({}),
+        restricted(link.to_str().unwrap()),
     );
+    let (output, code) = run(&mut free, params).await;
+    assert_ne!(code, 0, "{output}");
+    assert!(output.contains("Read-only file system"), "{output}");
+    assert_eq!(std::fs::read_to_string(target.join("made")).unwrap(), "in\n");
+    assert!(!std::path::Path::new("/etc/escaped-through-link").exists());
+    free.notification("process/closed", "l").await;
     // Two `sandbox` keys in one request: the message is refused, not read as the last.
     let mut line =
         sandboxed("dup", &["true"], tree.w(), json!({}), restricted(tree.w())).to_string();
@@ -535,4 +547,24 @@ async fn a_v0_start_names_its_sandbox_only_when_it_asked_for_one() {
         server.result("process/start", params).await,
         json!({"processId": "s", "sandboxType": "linuxLandlock"})
     );
+}
+
+#[tokio::test]
+async fn readable_roots_reached_through_symlinks_work_on_a_merged_usr_system() {
+    // On Debian /bin, /lib and /lib64 are links into /usr: each is resolved
+    // once, and the directory it names is what the process may read.
+    let tree = Tree::new("merged-usr", User::Current);
+    let mut server = User::Current.ready(&[], &[]).await;
+    let secret = tree.out.join("file");
+    let secret = secret.display();
+    let readable = json!(["/usr", "/bin", "/lib", "/lib64", "/etc"]);
+    let sandbox =
+        json!({"mode": "restricted", "writableRoots": [tree.w()], "readableRoots": readable});
+    let script =
+        format!("/bin/cat /etc/hostname >/dev/null && echo read-etc; cat {secret} || echo denied");
+    let params = sandboxed("m", &["/bin/sh", "-c", &script], tree.w(), json!({}), sandbox);
+    let (output, code) = run(&mut server, params).await;
+    assert!(output.starts_with("read-etc\n"), "{output}");
+    assert!(output.ends_with("denied\n"), "{output}");
+    assert_eq!(code, 0);
 }
