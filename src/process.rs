@@ -295,8 +295,11 @@ impl ProcessTable {
         let settings = self.limits.sandbox.clone();
         let outcome = self.spawner.submit(Box::new(move || {
             let cwd = roots.check_cwd(&work_params.cwd)?;
-            let policy =
+            let mut policy =
                 sandbox::resolve(work_params.sandbox.as_ref(), &settings, &roots, &cwd.path)?;
+            if let Some(policy) = policy.as_mut() {
+                policy.exit_on_exec_failure = shape.exit_on_exec_failure;
+            }
             let params = StartParams { cwd: cwd.path, ..work_params };
             let confined = policy.as_ref().map(|policy| (policy, settings.helper.as_deref()));
             Entry::spawn(&params, cwd.dir.as_ref(), confined).map_err(|error| match error {

@@ -41,12 +41,17 @@ pub(crate) fn path(dialect: Dialect, path: &Path) -> String {
 /// (`numbering`, decided by [`super::inbound`]), calls the Linux sandbox
 /// `linuxSeccomp` and always names it in the start result; exec-server.v0
 /// names it only when a sandbox was asked for (Part A's start result is
-/// exactly `{"processId"}`).
+/// exactly `{"processId"}`). As upstream, today's sandboxed program that
+/// cannot run under its profile starts and exits non-zero with the reason on
+/// stderr; exec-server.v0 fails the start as without a sandbox.
 pub(crate) fn start_shape(dialect: Dialect, numbering: Numbering) -> Shape {
     match dialect {
-        Dialect::Today => {
-            Shape { numbering, landlock_name: SandboxType::LinuxSeccomp, always_name_sandbox: true }
-        }
+        Dialect::Today => Shape {
+            numbering,
+            landlock_name: SandboxType::LinuxSeccomp,
+            always_name_sandbox: true,
+            exit_on_exec_failure: true,
+        },
         Dialect::V0 => Shape { numbering, ..Shape::default() },
     }
 }

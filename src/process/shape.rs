@@ -35,6 +35,9 @@ pub(crate) struct Shape {
     pub(crate) landlock_name: SandboxType,
     /// The start result names the sandbox even when the start asked for none.
     pub(crate) always_name_sandbox: bool,
+    /// A sandboxed program the sandbox keeps from running still starts, and
+    /// exits 127 with the reason on stderr (else the start fails, -32603).
+    pub(crate) exit_on_exec_failure: bool,
 }
 
 impl Default for Shape {
@@ -43,6 +46,7 @@ impl Default for Shape {
             numbering: Numbering::Output,
             landlock_name: SandboxType::LinuxLandlock,
             always_name_sandbox: false,
+            exit_on_exec_failure: false,
         }
     }
 }

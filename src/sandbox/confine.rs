@@ -33,7 +33,14 @@ pub(crate) fn exec(spec: &Spec, roots: &Roots, abi: u32, argv: &[CString]) -> ! 
     // SAFETY: a NUL-terminated path and a NULL-terminated argv kept alive above;
     // the environment is this process's own, which the server set for the program.
     unsafe { libc::execv(program.as_ptr(), pointers.as_ptr()) };
-    report::exec_failed(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
+    let error = std::io::Error::last_os_error();
+    if spec.policy.exit_on_exec_failure {
+        // The start stands (the report said ready); the process says why and exits.
+        let line = format!("exec-server: cannot run {}: {error}\n", spec.program.display());
+        let _ = sys::write_all(2, line.as_bytes());
+    } else {
+        report::exec_failed(error.raw_os_error().unwrap_or(libc::EIO));
+    }
     // SAFETY: ends this process at once.
     unsafe { libc::_exit(127) }
 }

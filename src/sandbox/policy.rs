@@ -19,6 +19,10 @@ pub(crate) struct Policy {
     pub(crate) readable: Option<Vec<PathBuf>>,
     /// The host's IP network (false: no IP socket at all).
     pub(crate) network: bool,
+    /// A program the sandbox keeps from running still starts: the process
+    /// says why on stderr and exits 127 (else the start fails).
+    #[serde(default)]
+    pub(crate) exit_on_exec_failure: bool,
 }
 
 /// The server's own sandbox settings (`--sandbox`, `--sandbox-network`).
@@ -89,7 +93,12 @@ pub(crate) fn resolve(
     let default = if settings.always {
         let writable =
             if roots.confined() { roots.canonical() } else { vec![canonical(cwd, "cwd")?] };
-        Some(Policy { writable, readable: None, network: settings.network })
+        Some(Policy {
+            writable,
+            readable: None,
+            network: settings.network,
+            exit_on_exec_failure: false,
+        })
     } else {
         None
     };
@@ -126,7 +135,7 @@ pub(crate) fn resolve(
             ));
         }
     }
-    Ok(Some(Policy { writable, readable, network }))
+    Ok(Some(Policy { writable, readable, network, exit_on_exec_failure: false }))
 }
 
 /// A root of the policy: canonical, an existing directory, and under `--root` inside a root.

@@ -378,3 +378,36 @@ fn the_core_names_no_dialect() {
     }
     assert_eq!(found, Vec::<String>::new());
 }
+
+#[tokio::test]
+async fn a_sandboxed_program_that_cannot_run_starts_and_exits_in_todays_dialect_only() {
+    // Nothing but the workspace is readable: /bin/cat cannot be executed in there.
+    let work = scratch("cannot-run");
+    let mut server = Binary::ready(&[]).await;
+    let sandbox = json!({"mode": "restricted", "writableRoots": [work.to_str().unwrap()], "readableRoots": []});
+    let start = |id: &str, cwd: Value| json!({"processId": id, "argv": ["/bin/cat", "/etc/hostname"], "cwd": cwd, "env": {}, "tty": false, "sandbox": sandbox});
+    // Today's dialect (a file-URI cwd): the start stands, the process says why and exits 127.
+    let reply = server.call("process/start", start("today", json!(uri(&work)))).await;
+    assert_eq!(reply["result"], json!({"processId": "today", "sandboxType": "linuxSeccomp"}));
+    let mut stderr = Vec::new();
+    let exit = loop {
+        let message = server.next().await.unwrap();
+        match message["method"].as_str() {
+            Some("process/output") => stderr.extend(unb64(&message["params"]["chunk"])),
+            Some("process/exited") => break message["params"].clone(),
+            _ => {}
+        }
+    };
+    assert_eq!(exit["exitCode"], 127);
+    assert_eq!(
+        String::from_utf8(stderr).unwrap(),
+        "exec-server: cannot run /bin/cat: Permission denied (os error 13)\n"
+    );
+    // exec-server.v0: the start fails, as without a sandbox.
+    let reply = server.call("process/start", start("v0", json!(work.to_str().unwrap()))).await;
+    assert_eq!(reply["error"]["code"], -32603, "{reply}");
+    assert!(
+        reply["error"]["message"].as_str().unwrap().starts_with("failed to start `/bin/cat`"),
+        "{reply}"
+    );
+}
