@@ -12,7 +12,8 @@ const TODAY_HANDLES: usize = 128;
 /// The choices of the other fs methods: today's skips special files in a
 /// recursive copy, lists only entries whose type is known, and walks as
 /// upstream does (bounds refused, a file root empty, links only as followed
-/// directories, lossy names).
+/// directories, lossy names), and reads `followSymlinks: false` as "no
+/// component of the path is a symlink".
 pub(crate) fn fs_rules(dialect: Dialect) -> FsRules {
     match dialect {
         Dialect::V0 => FsRules::default(),
@@ -25,6 +26,7 @@ pub(crate) fn fs_rules(dialect: Dialect) -> FsRules {
                 links_only_as_directories: true,
                 lossy_names: true,
             },
+            no_link_components: true,
         },
     }
 }

@@ -13,6 +13,9 @@ pub(crate) struct FsRules {
     pub(crate) list_only_known: bool,
     /// How `fs/walk` treats its bounds, its root, links and names.
     pub(crate) walk: WalkRules,
+    /// `followSymlinks: false` (given as such) means that no component of
+    /// the path may be a symlink (else only a last one counts).
+    pub(crate) no_link_components: bool,
 }
 
 /// `fs/walk`'s choices.

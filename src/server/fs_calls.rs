@@ -243,22 +243,43 @@ fn run(roots: &Roots, handles: &Handles, call: Call) -> String {
         Ok(line) => line,
         Err(error) => encode_response::<Empty>(&id, &Err(outbound::error(dialect, error))),
     };
+    // `followSymlinks: false`, where the caller reads it strictly: no link on the way.
+    let strict = |path: &std::path::Path, follow: Option<bool>, how: fs::Strict| {
+        if choices.no_link_components && follow == Some(false) {
+            fs::refuse_links(roots, path, how)
+        } else {
+            Ok(())
+        }
+    };
     match method.as_str() {
         // The bulk path: the data is encoded straight into the reply line.
         ReadFile::NAME => answer(
             decode::<ReadFile>(params)
-                .and_then(|p| fs::read_file(roots, p).map_err(|r| fs_rules::refusal(dialect, r)))
+                .and_then(|p| {
+                    strict(&p.path, p.follow_symlinks, fs::Strict::Read)?;
+                    fs::read_file(roots, p).map_err(|r| fs_rules::refusal(dialect, r))
+                })
                 .map(|result| encode_read_file(&id, &result.data_base64.0)),
         ),
-        WriteFile::NAME => answer(ok::<WriteFile>(&id, params, |p| fs::write_file(roots, p))),
+        WriteFile::NAME => answer(ok::<WriteFile>(&id, params, |p| {
+            strict(&p.path, p.follow_symlinks, fs::Strict::Write)?;
+            fs::write_file(roots, p)
+        })),
         CreateDirectory::NAME => {
             answer(ok::<CreateDirectory>(&id, params, |p| fs::create_directory(roots, p)))
         }
-        GetMetadata::NAME => answer(ok::<GetMetadata>(&id, params, |p| fs::get_metadata(roots, p))),
+        GetMetadata::NAME => answer(ok::<GetMetadata>(&id, params, |p| {
+            strict(&p.path, p.follow_symlinks, fs::Strict::Stat)?;
+            fs::get_metadata(roots, p)
+        })),
         ReadDirectory::NAME => {
             answer(ok::<ReadDirectory>(&id, params, |p| fs::read_directory(roots, p, &choices)))
         }
-        Remove::NAME => answer(ok::<Remove>(&id, params, |p| fs::remove(roots, p))),
+        Remove::NAME => answer(ok::<Remove>(&id, params, |p| {
+            let how = fs::Strict::Remove { recursive: p.recursive.unwrap_or(true) };
+            strict(&p.path, p.follow_symlinks, how)?;
+            fs::remove(roots, p)
+        })),
         Copy::NAME => answer(ok::<Copy>(&id, params, |p| fs::copy(roots, p, &choices))),
         Rename::NAME => answer(ok::<Rename>(&id, params, |p| fs::rename(roots, p))),
         Canonicalize::NAME => answer(ok::<Canonicalize>(&id, params, |p| {

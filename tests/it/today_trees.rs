@@ -137,3 +137,62 @@ async fn walk_names_that_are_not_utf8_are_lossy_and_not_found() {
         })
     );
 }
+
+#[tokio::test]
+async fn follow_symlinks_false_refuses_a_link_in_any_component() {
+    let dir = linked_tree("today-nofollow");
+    let mut h = Harness::ready().await;
+    let path = |rel: &str| uri(&dir.join(rel));
+    let error = |reply: &Value| {
+        (
+            reply["error"]["code"].clone(),
+            reply["error"]["message"].as_str().unwrap_or("").to_owned(),
+        )
+    };
+    // A link above the last component: ENOTDIR, for every method.
+    for method in ["fs/readFile", "fs/getMetadata", "fs/remove"] {
+        let reply =
+            h.call(method, json!({"path": path("target-link/f"), "followSymlinks": false})).await;
+        let (code, message) = error(&reply);
+        assert_eq!(code, -32603, "{method}: {reply}");
+        assert!(message.ends_with("Not a directory (os error 20)"), "{method}: {message}");
+    }
+    let write =
+        json!({"path": path("target-link/f"), "dataBase64": "eQ==", "followSymlinks": false});
+    let (code, message) = error(&h.call("fs/writeFile", write).await);
+    assert_eq!(code, -32603);
+    assert!(message.ends_with("Not a directory (os error 20)"), "{message}");
+    assert_eq!(std::fs::read_to_string(dir.join("real/f")).unwrap(), "x");
+    // The last component a link: reads and writes loop, metadata and remove refuse.
+    let reply =
+        h.call("fs/readFile", json!({"path": path("file-link"), "followSymlinks": false})).await;
+    let (code, message) = error(&reply);
+    assert_eq!(code, -32603);
+    assert!(message.ends_with("Too many levels of symbolic links (os error 40)"), "{message}");
+    for method in ["fs/getMetadata", "fs/remove"] {
+        let reply =
+            h.call(method, json!({"path": path("file-link"), "followSymlinks": false})).await;
+        assert_eq!(
+            reply["error"],
+            json!({"code": -32600, "message": "path contains a symbolic link"}),
+            "{method}"
+        );
+    }
+    assert!(dir.join("file-link").symlink_metadata().is_ok(), "the link was kept");
+    // A real path works; a directory is not removed recursively without following.
+    let real =
+        h.result("fs/getMetadata", json!({"path": path("real"), "followSymlinks": false})).await;
+    assert_eq!(real["isDirectory"], true);
+    let reply = h.call("fs/remove", json!({"path": path("real"), "followSymlinks": false})).await;
+    assert_eq!(
+        reply["error"],
+        json!({"code": -32603, "message": "recursive no-follow removal is unsupported"})
+    );
+    let read =
+        h.result("fs/readFile", json!({"path": path("real/f"), "followSymlinks": false})).await;
+    assert_eq!(read["dataBase64"], "eA==");
+    // exec-server.v0 (plain paths): only a last link counts, as before.
+    let plain = dir.join("target-link/f");
+    let read = h.result("fs/readFile", json!({"path": plain, "followSymlinks": false})).await;
+    assert_eq!(read["dataBase64"], "eA==");
+}
