@@ -65,7 +65,9 @@ pub async fn forward(client: &Client, port: u16) -> (exec_server::Forward, u16) 
 pub async fn ssh_forward(port: u16) -> Option<(u16, Vec<tokio::process::Child>, PathBuf)> {
     let sshd = Path::new("/usr/sbin/sshd");
     if !sshd.exists() {
-        println!("(ssh -L baseline skipped: /usr/sbin/sshd is missing; apt-get install openssh-server)");
+        println!(
+            "(ssh -L baseline skipped: /usr/sbin/sshd is missing; apt-get install openssh-server)"
+        );
         return None;
     }
     let dir = std::env::temp_dir().join(format!("exec-server-bench-ssh-{}", std::process::id()));
