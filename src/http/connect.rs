@@ -3,7 +3,7 @@
 //! the system's roots), the request, the response head. No pool: each hop of
 //! a request connects anew, and the connection ends with its response.
 
-use std::net::SocketAddr;
+use std::net::{Ipv6Addr, SocketAddr};
 use std::sync::{Arc, OnceLock};
 
 use http::{HeaderName, HeaderValue, Method, Request, Response};
@@ -37,6 +37,14 @@ pub(super) async fn exchange(
 ) -> Result<(Response<Incoming>, Connection), String> {
     let port = url.port_or_known_default().ok_or_else(|| format!("{url} has no port"))?;
     let stream = match url.host() {
+        // `localhost` and its subdomains are loopback (RFC 6761): never looked up.
+        Some(Host::Domain(name)) if is_localhost(name) => {
+            let loopback = [
+                SocketAddr::from(([127, 0, 0, 1], port)),
+                SocketAddr::from((Ipv6Addr::LOCALHOST, port)),
+            ];
+            TcpStream::connect(&loopback[..]).await
+        }
         Some(Host::Domain(name)) => TcpStream::connect((name, port)).await,
         Some(Host::Ipv4(ip)) => TcpStream::connect(SocketAddr::from((ip, port))).await,
         Some(Host::Ipv6(ip)) => TcpStream::connect(SocketAddr::from((ip, port))).await,
@@ -104,6 +112,13 @@ fn request(
         builder = builder.header(name, value);
     }
     builder.body(Full::new(body)).map_err(|e| e.to_string())
+}
+
+/// `localhost`, `*.localhost`, with or without the final dot (the URL
+/// parser has already lowercased them).
+fn is_localhost(name: &str) -> bool {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    name == "localhost" || name.ends_with(".localhost")
 }
 
 /// `host[:port]` of `url` (the port only when not the scheme's default).
