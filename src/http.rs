@@ -199,6 +199,22 @@ impl Requests {
         }
     }
 
+    /// The connection is ending: every request still under way is answered
+    /// with an error, every stream ends with an error frame, and the tasks
+    /// are aborted.
+    pub(crate) fn refuse_all(&mut self, out: &mut Vec<String>) {
+        const WHY: &str = "the connection is ending";
+        for (_, mut entry) in self.entries.drain() {
+            if let Some(request) = entry.answer.take() {
+                let error = ErrorObject::internal(format!("http/request failed: {WHY}"));
+                out.push(encode_response::<Empty>(&request, &Err(error)));
+            } else if let Some((id, seq)) = entry.stream.take() {
+                out.push(encode_body_delta(&id, seq + 1, &[], true, Some(WHY)));
+            }
+        }
+        self.streaming.clear();
+    }
+
     fn forget(&mut self, serial: u64) {
         if let Some(mut entry) = self.entries.remove(&serial) {
             if let Some((id, _)) = entry.stream.take() {

@@ -15,6 +15,7 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
+#[cfg(feature = "server")]
 pub(crate) use http_types::encode_body_delta;
 pub use methods::*;
 

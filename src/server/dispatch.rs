@@ -283,7 +283,7 @@ impl State {
     }
 
     /// Refuses what still waits (the connection is ending): process requests
-    /// behind a start, and fs calls not yet run.
+    /// behind a start, fs calls not yet run, and HTTP requests under way.
     pub(super) fn refuse_waiting(&mut self, out: &mut Vec<String>) {
         for (request, _, _) in self.waiting.drain(..) {
             let error = ErrorObject::invalid_request(format!(
@@ -294,6 +294,7 @@ impl State {
         }
         self.waiting_bytes = 0;
         self.fs.refuse_waiting(out);
+        self.http.refuse_all(out);
     }
 
     /// The encoded response to a request, or `None` when it is answered later

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use exec_server::server::{Config, HttpPolicy, HTTP_DELTA};
+use exec_server::server::{Config, HttpPolicy, HTTP_DELTA, MAX_HTTP_REQUESTS, MAX_REDIRECTS};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
@@ -350,6 +350,48 @@ async fn redirects_are_followed_or_returned_as_they_are() {
 }
 
 #[tokio::test]
+async fn a_redirect_loop_ends_after_the_last_hop() {
+    let mut server = TestServer::start(|_| {
+        Answer::Bytes(response("307 Temporary Redirect", &[("location", b"/loop")], b""))
+    })
+    .await;
+    let mut harness = Harness::ready().await;
+    let url = server.url("/loop");
+    let error = harness.error("http/request", request("l", &url, json!({"method": "POST"}))).await;
+    let text =
+        format!("http/request failed: too many redirects (more than {MAX_REDIRECTS}) from {url}");
+    assert_eq!(error, json!({"code": -32603, "message": text}));
+    for _ in 0..=MAX_REDIRECTS {
+        // A 307 keeps the method.
+        assert_eq!(server.next_seen().await.line, "POST /loop HTTP/1.1");
+    }
+    assert_eq!(server.connections.load(Ordering::SeqCst), MAX_REDIRECTS + 1);
+}
+
+#[tokio::test]
+async fn requests_in_flight_are_bounded_per_connection() {
+    let mut server = TestServer::start(|_| Answer::Never).await;
+    let mut harness = Harness::ready().await;
+    for n in 0..MAX_HTTP_REQUESTS {
+        harness
+            .send_request(
+                "http/request",
+                request(&format!("h{n}"), &server.url("/hang"), json!({})),
+            )
+            .await;
+    }
+    for _ in 0..MAX_HTTP_REQUESTS {
+        server.next_seen().await;
+    }
+    let error =
+        harness.error("http/request", request("over", &server.url("/hang"), json!({}))).await;
+    let text = format!(
+        "http/request refused: at most {MAX_HTTP_REQUESTS} requests may be in flight per connection (MAX_HTTP_REQUESTS)"
+    );
+    assert_eq!(error, json!({"code": -32600, "message": text}));
+}
+
+#[tokio::test]
 async fn a_timeout_bounds_the_exchange_and_buffered_ids_can_repeat() {
     let mut server = TestServer::start(|_| Answer::Never).await;
     let mut harness = Harness::ready().await;
@@ -416,6 +458,12 @@ async fn a_connection_that_ends_mid_stream_leaves_nothing_running() {
     let delta = harness.take("the first delta", |m| m["method"] == "http/request/bodyDelta").await;
     assert_eq!(unb64(&delta["params"]["deltaBase64"]), b"part");
     harness.close_input().await;
+    // The stream ends with an error frame, and the server with the connection.
+    let terminal = harness.take("the terminal frame", |m| m["params"]["done"] == true).await;
+    assert_eq!(
+        terminal["params"],
+        json!({"requestId": "s", "seq": 2, "deltaBase64": "", "done": true, "error": "the connection is ending"})
+    );
     within("the server to end", &mut harness.server).await.unwrap().unwrap();
     // The exchange's connection went with it.
     assert_eq!(
