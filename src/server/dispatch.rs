@@ -113,7 +113,8 @@ impl State {
         table: ProcessTable,
         session_id: Arc<str>,
         sessions: Option<Arc<Sessions>>,
-        (tunnels, http): (Tunnels, Requests),
+        tunnels: Tunnels,
+        http: Requests,
     ) -> State {
         State {
             phase: Phase::New,
@@ -140,7 +141,7 @@ impl State {
     }
 
     /// Nothing the client asked is still under way: no start, no request
-    /// waiting behind one, no fs call.
+    /// waiting behind one, no fs call, no HTTP request.
     pub(super) fn is_quiet(&self) -> bool {
         !self.table.is_starting()
             && self.waiting.is_empty()

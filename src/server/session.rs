@@ -60,7 +60,7 @@ impl Session {
             config.max_retained_bytes,
         );
         let table = ProcessTable::new(events_tx, limits);
-        let state = State::new(roots, table, id, registry, (tunnels, http));
+        let state = State::new(roots, table, id, registry, tunnels, http);
         Session { state, events, registration }
     }
 
