@@ -129,3 +129,30 @@ pub(crate) fn encode_body_delta(
     );
     super::line_with_base64(&head, delta, &format!(r#"","done":{done},"error":{error}}}}}"#))
 }
+
+#[cfg(all(test, feature = "server"))]
+mod tests {
+    use super::*;
+    use crate::protocol::{encode_notification, HttpBodyDelta};
+
+    #[test]
+    fn the_hand_made_delta_is_the_serialized_one() {
+        for (delta, done, error) in
+            [(&b"hi"[..], false, None), (&b""[..], true, Some("cut \"short\""))]
+        {
+            let params = BodyDeltaParams {
+                request_id: "r\u{e9}".to_owned(),
+                seq: 7,
+                delta_base64: Base64(delta.to_vec()),
+                done,
+                error: error.map(str::to_owned),
+            };
+            let line = encode_body_delta("r\u{e9}", 7, delta, done, error);
+            assert_eq!(line, encode_notification::<HttpBodyDelta>(&params, 0));
+        }
+        assert_eq!(
+            encode_body_delta("s", 2, b"", true, None),
+            r#"{"method":"http/request/bodyDelta","params":{"requestId":"s","seq":2,"deltaBase64":"","done":true,"error":null}}"#
+        );
+    }
+}
