@@ -21,13 +21,22 @@ fn params(id: &str, argv: &[&str]) -> StartParams {
 async fn handshake_exposes_capabilities() {
     let client = Client::in_process(Config::default()).await.unwrap();
     let capabilities = client.capabilities();
-    assert_eq!(capabilities.methods.len(), 27);
-    assert_eq!(capabilities.methods.last().map(String::as_str), Some("session/end"));
+    assert_eq!(capabilities.methods.len(), 34);
+    assert_eq!(capabilities.methods.last().map(String::as_str), Some("http/request"));
     assert!(capabilities.methods.contains(&"fs/rename".to_owned()));
     assert!(capabilities.methods.contains(&"fs/watch".to_owned()));
     assert_eq!(
         capabilities.notifications,
-        ["process/output", "process/exited", "process/closed", "fs/changed"]
+        [
+            "process/output",
+            "process/exited",
+            "process/closed",
+            "fs/changed",
+            "tunnel/data",
+            "tunnel/closed",
+            "ports/changed",
+            "http/request/bodyDelta"
+        ]
     );
     let info = client.server_info().server_info.clone().unwrap();
     assert_eq!(info.name, "exec-server");
