@@ -71,6 +71,9 @@ struct Cli {
     /// Which addresses tunnel/open may reach: none, loopback (127.0.0.0/8, ::1, localhost) or any.
     #[arg(long, value_enum, default_value_t = TunnelsMode::Loopback)]
     tunnels: TunnelsMode,
+    /// Whether http/request is served: none (refused) or any (http and https URLs on any host).
+    #[arg(long, value_enum, default_value_t = HttpMode::Any)]
+    http_requests: HttpMode,
     /// Serve MCP on stdio whatever the first message (without it, an MCP client's first message selects MCP).
     #[arg(long, conflicts_with_all = ["listen", "connect"])]
     mcp: bool,
@@ -86,6 +89,12 @@ struct Cli {
 enum TunnelsMode {
     None,
     Loopback,
+    Any,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum HttpMode {
+    None,
     Any,
 }
 
@@ -181,6 +190,10 @@ pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> E
             TunnelsMode::None => crate::server::TunnelPolicy::None,
             TunnelsMode::Loopback => crate::server::TunnelPolicy::Loopback,
             TunnelsMode::Any => crate::server::TunnelPolicy::Any,
+        },
+        http_requests: match cli.http_requests {
+            HttpMode::None => crate::server::HttpPolicy::None,
+            HttpMode::Any => crate::server::HttpPolicy::Any,
         },
         ..Config::default()
     };

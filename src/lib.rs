@@ -56,6 +56,8 @@ mod fs;
 #[cfg(feature = "server")]
 mod host;
 #[cfg(feature = "server")]
+mod http;
+#[cfg(feature = "server")]
 mod listen;
 #[cfg(feature = "server")]
 mod mcp;

@@ -3,6 +3,7 @@
 mod b64;
 mod build;
 mod fs_types;
+mod http_types;
 mod methods;
 pub(crate) mod names;
 mod strict;
@@ -14,6 +15,8 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
+#[cfg(feature = "server")]
+pub(crate) use http_types::encode_body_delta;
 pub use methods::*;
 
 /// Largest read `fs/readFile` returns: 512 MiB.

@@ -32,6 +32,9 @@ use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+pub use crate::http::{
+    HttpPolicy, HTTP_BODY_LIMIT, HTTP_DELTA, HTTP_STREAM_BUFFER, MAX_HTTP_REQUESTS, MAX_REDIRECTS,
+};
 pub use crate::ports::PORTS_POLL_INTERVAL;
 pub use crate::tunnel::{
     TunnelPolicy, MAX_TUNNELS, MAX_TUNNEL_ID_BYTES, TUNNEL_CONNECT_TIMEOUT, TUNNEL_WINDOW,
@@ -98,6 +101,8 @@ pub struct Config {
     pub sandbox_network: bool,
     /// Which addresses `tunnel/open` may reach (`--tunnels`).
     pub tunnels: TunnelPolicy,
+    /// Whether `http/request` is served (`--http-requests`).
+    pub http_requests: HttpPolicy,
     /// The `exec-server` binary that applies sandbox policies in the child
     /// (None: this process's own executable, right for the binary itself; an
     /// embedder or a test names the binary).
@@ -116,6 +121,7 @@ impl Default for Config {
             sandbox: false,
             sandbox_network: false,
             tunnels: TunnelPolicy::default(),
+            http_requests: HttpPolicy::default(),
             sandbox_helper: None,
         }
     }

@@ -32,7 +32,7 @@ pub(crate) fn environment_info() -> Value {
             "capabilityDiscoverySandbox": false,
             "capabilityDiscoveryV2": false,
             "environmentConfigRead": false,
-            "httpHeaderEnvVars": false,
+            "httpHeaderEnvVars": true,
             "sandboxedFileStreaming": true,
             "shellSnapshotV2": false,
             "fileWriteStreaming": true,

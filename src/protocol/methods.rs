@@ -7,6 +7,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 pub use super::fs_types::*;
+pub use super::http_types::*;
 pub use super::today_types::*;
 pub use super::tunnel_types::*;
 use super::Base64;
@@ -129,6 +130,8 @@ methods! {
     PortsWatch = "ports/watch" (Empty) -> Empty;
     /// `ports/unwatch`: stop reporting them (Part B).
     PortsUnwatch = "ports/unwatch" (Empty) -> Empty;
+    /// `http/request`: an HTTP exchange made from the server's side (today's dialect).
+    HttpRequest = "http/request" (HttpRequestParams) -> HttpResponse;
 }
 
 notifications! {
@@ -157,6 +160,8 @@ notifications! {
     TunnelClosed = "tunnel/closed" (TunnelClosedParams);
     /// `ports/changed`: listening ports opened or closed (Part B).
     PortsChanged = "ports/changed" (PortsChangedParams);
+    /// `http/request/bodyDelta`: part of a streamed response body (today's dialect).
+    HttpBodyDelta = "http/request/bodyDelta" (BodyDeltaParams);
 }
 
 /// An empty object, `{}`; also accepted as `null` or absent params.

@@ -99,6 +99,7 @@ where
             line = state.watches.next_line(), if room => out.push(line),
             event = state.tunnels.next_event(), if room => state.on_tunnel(event, &mut out),
             wake = state.ports.next(), if room => state.on_ports(wake, &mut out),
+            event = state.http.next_event(), if room => state.on_http(event, &mut out),
             // Polls again (after a non-blocking look at I/O) while a fresh fs call runs.
             () = tokio::task::yield_now(), if spin => {}
             done = state.table.next_done() => {

@@ -16,6 +16,7 @@ use super::{Handoff, Sessions};
 use crate::dialect::inbound::{self, Inbound};
 use crate::dialect::{outbound, Dialect, Numbering};
 use crate::fs::Roots;
+use crate::http::{HttpEvent, Requests};
 use crate::ports::{Ports, PortsWake};
 use crate::process::{Begun, ProcessTable, ReadOutcome};
 use crate::protocol::*;
@@ -102,6 +103,8 @@ pub(super) struct State {
     pub(super) tunnels: Tunnels,
     /// The connection's port lookups.
     pub(super) ports: Ports,
+    /// The connection's HTTP requests (they end with it).
+    pub(super) http: Requests,
 }
 
 impl State {
@@ -111,6 +114,7 @@ impl State {
         session_id: Arc<str>,
         sessions: Option<Arc<Sessions>>,
         tunnels: Tunnels,
+        http: Requests,
     ) -> State {
         State {
             phase: Phase::New,
@@ -128,6 +132,7 @@ impl State {
             table,
             tunnels,
             ports: Ports::default(),
+            http,
         }
     }
 
@@ -136,7 +141,7 @@ impl State {
     }
 
     /// Nothing the client asked is still under way: no start, no request
-    /// waiting behind one, no fs call.
+    /// waiting behind one, no fs call, no HTTP request.
     pub(super) fn is_quiet(&self) -> bool {
         !self.table.is_starting()
             && self.waiting.is_empty()
@@ -144,9 +149,9 @@ impl State {
             && self.links_idle()
     }
 
-    /// No tunnel or ports request waits for its reply.
+    /// No tunnel, ports or HTTP request waits for its reply.
     pub(super) fn links_idle(&self) -> bool {
-        self.tunnels.is_idle() && self.ports.is_idle()
+        self.tunnels.is_idle() && self.ports.is_idle() && self.http.is_idle()
     }
 
     /// Whether the client has been told this session's id.
@@ -181,6 +186,7 @@ impl State {
         self.fs = FsCalls::new(self.roots.clone());
         self.watches = Watcher::new(self.roots.clone());
         self.tunnels = self.tunnels.renewed();
+        self.http = self.http.renewed();
         self.ports = Ports::default();
         self.phase = Phase::New;
         // The dialect a connection spoke is the connection's, not the session's.
@@ -283,7 +289,7 @@ impl State {
     }
 
     /// Refuses what still waits (the connection is ending): process requests
-    /// behind a start, and fs calls not yet run.
+    /// behind a start, fs calls not yet run, and HTTP requests under way.
     pub(super) fn refuse_waiting(&mut self, out: &mut Vec<String>) {
         for (request, _, _) in self.waiting.drain(..) {
             let error = ErrorObject::invalid_request(format!(
@@ -294,6 +300,7 @@ impl State {
         }
         self.waiting_bytes = 0;
         self.fs.refuse_waiting(out);
+        self.http.refuse_all(out);
     }
 
     /// The encoded response to a request, or `None` when it is answered later
@@ -358,6 +365,12 @@ impl State {
                 }
                 Err(error) => Some(error_reply(&id, error)),
             };
+        }
+        if method == HttpRequest::NAME {
+            // Only today's client asks for it.
+            self.today = true;
+            let started = decode::<HttpRequest>(params).and_then(|p| self.http.start(&id, p));
+            return started.err().map(|error| error_reply(&id, error));
         }
         if method.starts_with("tunnel/") || method.starts_with("ports/") {
             self.on_link_request(id, &method, params, out);
@@ -442,6 +455,11 @@ impl State {
     /// A tunnel's event.
     pub(super) fn on_tunnel(&mut self, event: TunnelEvent, out: &mut Vec<String>) {
         self.tunnels.apply(event, out);
+    }
+
+    /// An HTTP request's event.
+    pub(super) fn on_http(&mut self, event: HttpEvent, out: &mut Vec<String>) {
+        self.http.apply(event, out);
     }
 
     /// A port scan finished or is due.
@@ -531,6 +549,7 @@ impl State {
             SessionEnd::NAME => "session",
             m if m.starts_with("tunnel/") => "tunnel",
             m if m.starts_with("ports/") => "ports",
+            m if m.starts_with("http/") => "http",
             m if m.starts_with("fs/") => "filesystem",
             _ => "exec",
         };

@@ -54,7 +54,13 @@ impl Session {
             limits.server_account.clone(),
             config.max_retained_bytes,
         );
-        let state = State::new(roots, ProcessTable::new(events_tx, limits), id, registry, tunnels);
+        let http = crate::http::Requests::new(
+            config.http_requests,
+            limits.server_account.clone(),
+            config.max_retained_bytes,
+        );
+        let table = ProcessTable::new(events_tx, limits);
+        let state = State::new(roots, table, id, registry, tunnels, http);
         Session { state, events, registration }
     }
 

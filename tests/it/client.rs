@@ -21,8 +21,8 @@ fn params(id: &str, argv: &[&str]) -> StartParams {
 async fn handshake_exposes_capabilities() {
     let client = Client::in_process(Config::default()).await.unwrap();
     let capabilities = client.capabilities();
-    assert_eq!(capabilities.methods.len(), 33);
-    assert_eq!(capabilities.methods.last().map(String::as_str), Some("ports/unwatch"));
+    assert_eq!(capabilities.methods.len(), 34);
+    assert_eq!(capabilities.methods.last().map(String::as_str), Some("http/request"));
     assert!(capabilities.methods.contains(&"fs/rename".to_owned()));
     assert!(capabilities.methods.contains(&"fs/watch".to_owned()));
     assert_eq!(
@@ -34,7 +34,8 @@ async fn handshake_exposes_capabilities() {
             "fs/changed",
             "tunnel/data",
             "tunnel/closed",
-            "ports/changed"
+            "ports/changed",
+            "http/request/bodyDelta"
         ]
     );
     let info = client.server_info().server_info.clone().unwrap();

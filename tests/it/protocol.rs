@@ -28,12 +28,12 @@ async fn handshake_reports_version_server_info_and_capabilities() {
                     "fs/readDirectory", "fs/remove", "fs/copy", "fs/rename", "fs/watch", "fs/unwatch",
                     "environment/info", "environment/status", "fs/canonicalize", "fs/walk",
                     "fs/open", "fs/readBlock", "fs/writeBlock", "fs/close", "session/end",
-                    "tunnel/open", "tunnel/write", "tunnel/close", "ports/list", "ports/watch",
-                    "ports/unwatch"
+                    "tunnel/open", "tunnel/write", "tunnel/close",
+                    "ports/list", "ports/watch", "ports/unwatch", "http/request"
                 ],
                 "notifications": [
                     "process/output", "process/exited", "process/closed", "fs/changed",
-                    "tunnel/data", "tunnel/closed", "ports/changed"
+                    "tunnel/data", "tunnel/closed", "ports/changed", "http/request/bodyDelta"
                 ],
                 "features": [
                     "fs/pathBase64", "fs/followSymlinks", "fs/atomicWrite",

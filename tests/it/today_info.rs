@@ -67,7 +67,7 @@ async fn capabilities_claim_only_what_is_served() {
             "capabilityDiscoverySandbox": false,
             "capabilityDiscoveryV2": false,
             "environmentConfigRead": false,
-            "httpHeaderEnvVars": false,
+            "httpHeaderEnvVars": true,
             "sandboxedFileStreaming": true,
             "shellSnapshotV2": false,
             "fileWriteStreaming": true,

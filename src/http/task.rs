@@ -1,0 +1,216 @@
+//! One request's task: the exchange (bounded by `timeoutMs`), then the body,
+//! read whole (buffered) or handed to the loop in deltas of at most
+//! [`HTTP_DELTA`] bytes (streamed), each charged until the loop has it.
+//!
+//! The order of events is the order on the wire: a stream's response head
+//! goes before its first delta, and its terminal frame after the last.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures_util::FutureExt as _;
+use http::HeaderMap;
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
+use tokio::sync::{mpsc, Semaphore};
+use tokio::time::Instant;
+
+use super::budget::Held;
+use super::exchange;
+use super::prepare::Prepared;
+use super::{HTTP_BODY_LIMIT, HTTP_DELTA, HTTP_STREAM_BUFFER};
+use crate::process::Account;
+use crate::protocol::{Base64, ErrorObject, HttpHeader, HttpResponse};
+
+/// What the task tells the loop, in order.
+pub(super) enum Event {
+    /// The answer to the `http/request` (a stream's has an empty body),
+    /// with the charge of a buffered body.
+    Answered { serial: u64, result: Result<HttpResponse, ErrorObject>, held: Option<Held> },
+    /// Part of a streamed body, charged until the loop has encoded it.
+    Delta { serial: u64, bytes: Vec<u8>, held: Held },
+    /// A stream's body ended (with why, when early).
+    Ended { serial: u64, error: Option<String> },
+}
+
+/// What the task needs.
+pub(super) struct Spec {
+    pub(super) serial: u64,
+    pub(super) prepared: Prepared,
+    pub(super) streamed: bool,
+    pub(super) room: Arc<Semaphore>,
+    pub(super) account: Arc<Account>,
+}
+
+pub(super) async fn run(spec: Spec, events: mpsc::Sender<Event>) {
+    let serial = spec.serial;
+    let deadline = Deadline::new(&spec.prepared);
+    let sent = deadline.bound(exchange::send(&spec.prepared)).await.and_then(|sent| sent);
+    let (response, _connection) = match sent {
+        Ok(sent) => sent,
+        Err(error) => {
+            let error = ErrorObject::internal(format!("http/request failed: {error}"));
+            let _ = events.send(Event::Answered { serial, result: Err(error), held: None }).await;
+            return;
+        }
+    };
+    let (head, body) = response.into_parts();
+    let status = head.status.as_u16();
+    let headers = response_headers(&head.headers);
+    if !spec.streamed {
+        let read = deadline.bound(read_whole(body, &spec)).await.and_then(|read| read);
+        let (result, held) = match read {
+            Ok((bytes, held)) => {
+                (Ok(HttpResponse { status, headers, body_base64: Base64(bytes) }), held)
+            }
+            Err(error) => (
+                Err(ErrorObject::internal(format!(
+                    "failed to read http/request response body: {error}"
+                ))),
+                None,
+            ),
+        };
+        let _ = events.send(Event::Answered { serial, result, held }).await;
+        return;
+    }
+    let head = HttpResponse { status, headers, body_base64: Base64::default() };
+    if events.send(Event::Answered { serial, result: Ok(head), held: None }).await.is_err() {
+        return;
+    }
+    let error = stream(body, &spec, &deadline, &events).await.err();
+    let _ = events.send(Event::Ended { serial, error }).await;
+}
+
+/// The whole body, charged to the server's room as it arrives.
+async fn read_whole(mut body: Incoming, spec: &Spec) -> Result<(Vec<u8>, Option<Held>), String> {
+    let mut bytes = Vec::new();
+    let mut held: Option<Held> = None;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(|e| e.to_string())?.into_data() else { continue };
+        if bytes.len() + data.len() > HTTP_BODY_LIMIT {
+            return Err(format!(
+                "the body is larger than {HTTP_BODY_LIMIT} bytes, the most a buffered request answers with (set streamResponse)"
+            ));
+        }
+        let more = Held::try_take(&spec.room, &spec.account, data.len())
+            .ok_or("the server's buffers are full (--max-retained-bytes); retry later")?;
+        match held.as_mut() {
+            Some(held) => held.merge(more),
+            None => held = Some(more),
+        }
+        bytes.extend_from_slice(&data);
+    }
+    Ok((bytes, held))
+}
+
+/// Hands the body to the loop in deltas; Err with why it ended early.
+async fn stream(
+    mut body: Incoming,
+    spec: &Spec,
+    deadline: &Deadline,
+    events: &mpsc::Sender<Event>,
+) -> Result<(), String> {
+    let own = Arc::new(Semaphore::new(HTTP_STREAM_BUFFER));
+    let mut pending: Vec<u8> = Vec::new();
+    let mut pending_held: Option<Held> = None;
+    loop {
+        // Frames that are already here join the pending delta; it goes out
+        // when full, or before waiting for more.
+        let next = if pending.is_empty() {
+            Some(deadline.bound(body.frame()).await?)
+        } else {
+            body.frame().now_or_never()
+        };
+        let frame = match next {
+            None => {
+                let all = pending.len();
+                deliver(spec, &mut pending, &mut pending_held, all, deadline, events).await?;
+                continue;
+            }
+            Some(None) => {
+                let all = pending.len();
+                return deliver(spec, &mut pending, &mut pending_held, all, deadline, events).await;
+            }
+            Some(Some(frame)) => frame,
+        };
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(error) => {
+                let all = pending.len();
+                deliver(spec, &mut pending, &mut pending_held, all, deadline, events).await?;
+                return Err(error.to_string());
+            }
+        };
+        let Ok(data) = frame.into_data() else { continue };
+        for piece in data.chunks(HTTP_DELTA) {
+            let held = deadline
+                .bound(Held::wait(&spec.room, &own, &spec.account, piece.len()))
+                .await?
+                .ok_or("the server's buffers were closed")?;
+            match pending_held.as_mut() {
+                Some(pending_held) => pending_held.merge(held),
+                None => pending_held = Some(held),
+            }
+            pending.extend_from_slice(piece);
+            if pending.len() >= HTTP_DELTA {
+                deliver(spec, &mut pending, &mut pending_held, HTTP_DELTA, deadline, events)
+                    .await?;
+            }
+        }
+    }
+}
+
+/// Sends the first `bytes` of `pending` (nothing when there are none) as one delta.
+async fn deliver(
+    spec: &Spec,
+    pending: &mut Vec<u8>,
+    pending_held: &mut Option<Held>,
+    bytes: usize,
+    deadline: &Deadline,
+    events: &mpsc::Sender<Event>,
+) -> Result<(), String> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    let rest = pending.split_off(bytes);
+    let delta = std::mem::replace(pending, rest);
+    let held = match pending_held.as_mut() {
+        Some(all) if all.bytes() > bytes => all.split_off(bytes),
+        _ => pending_held.take().ok_or("a delta without its charge")?,
+    };
+    let event = Event::Delta { serial: spec.serial, bytes: delta, held };
+    deadline.bound(events.send(event)).await?.map_err(|_| "the connection ended".to_owned())
+}
+
+/// The end `timeoutMs` sets to the whole exchange (none when absent).
+struct Deadline {
+    at: Option<Instant>,
+    millis: u64,
+}
+
+impl Deadline {
+    fn new(prepared: &Prepared) -> Deadline {
+        let millis =
+            prepared.timeout.map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+        Deadline { at: prepared.timeout.and_then(|t| Instant::now().checked_add(t)), millis }
+    }
+
+    /// `future`'s output, or Err once the deadline has passed.
+    async fn bound<F: Future>(&self, future: F) -> Result<F::Output, String> {
+        match self.at {
+            None => Ok(future.await),
+            Some(at) => tokio::time::timeout_at(at, future)
+                .await
+                .map_err(|_| format!("timed out after {} ms (timeoutMs)", self.millis)),
+        }
+    }
+}
+
+/// Response headers as the wire has them: lowercase names, in order; values
+/// that are not visible ASCII left out.
+fn response_headers(headers: &HeaderMap) -> Vec<HttpHeader> {
+    headers
+        .iter()
+        .filter_map(|(name, value)| Some(HttpHeader::new(name.as_str(), value.to_str().ok()?)))
+        .collect()
+}
