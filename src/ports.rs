@@ -22,6 +22,8 @@ use crate::protocol::{
 
 /// How often a watched session's ports are looked at.
 pub const PORTS_POLL_INTERVAL: Duration = Duration::from_millis(500);
+/// `ports/list` requests that may wait for a scan on one connection.
+pub const MAX_WAITING_LISTS: usize = 1024;
 
 type Scanned = Result<Vec<ListeningPort>, String>;
 
@@ -56,14 +58,25 @@ impl Drop for Ports {
 }
 
 impl Ports {
-    /// `ports/list`: answered when a scan that started after it finishes.
-    pub(crate) fn list(&mut self, request: RequestId, roster: Vec<(String, Session)>) {
+    /// `ports/list`: answered when a scan that started after it finishes;
+    /// refused when [`MAX_WAITING_LISTS`] already wait.
+    pub(crate) fn list(
+        &mut self,
+        request: RequestId,
+        roster: impl FnOnce() -> Vec<(String, Session)>,
+    ) -> Result<(), ErrorObject> {
+        if self.answering.len() + self.waiting.len() >= MAX_WAITING_LISTS {
+            return Err(ErrorObject::invalid_request(format!(
+                "ports/list refused: {MAX_WAITING_LISTS} wait for a scan already on this connection"
+            )));
+        }
         if self.scan.is_some() {
             self.waiting.push(request);
         } else {
             self.answering.push(request);
-            self.start(roster);
+            self.start(roster());
         }
+        Ok(())
     }
 
     /// No `ports/list` waits for its reply.

@@ -35,7 +35,7 @@ use tokio::task::JoinHandle;
 pub use crate::http::{
     HttpPolicy, HTTP_BODY_LIMIT, HTTP_DELTA, HTTP_STREAM_BUFFER, MAX_HTTP_REQUESTS, MAX_REDIRECTS,
 };
-pub use crate::ports::PORTS_POLL_INTERVAL;
+pub use crate::ports::{MAX_WAITING_LISTS, PORTS_POLL_INTERVAL};
 pub use crate::tunnel::{
     TunnelPolicy, MAX_TUNNELS, MAX_TUNNEL_ID_BYTES, TUNNEL_CONNECT_TIMEOUT, TUNNEL_WINDOW,
     TUNNEL_WRITE_BUFFER,

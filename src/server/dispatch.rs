@@ -430,9 +430,9 @@ impl State {
                 out.push(reply::<TunnelClose>(&id, Ok(Empty {})));
                 Ok(())
             }),
-            PortsList::NAME => decode::<PortsList>(params).map(|_| {
-                let roster = self.table.roster();
-                self.ports.list(id.clone(), roster);
+            PortsList::NAME => decode::<PortsList>(params).and_then(|_| {
+                let table = &self.table;
+                self.ports.list(id.clone(), || table.roster())
             }),
             PortsWatch::NAME => decode::<PortsWatch>(params).map(|_| {
                 self.ports.watch();
