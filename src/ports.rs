@@ -33,6 +33,9 @@ pub(crate) enum PortsWake {
     Poll,
     /// A scan finished.
     Scanned(Scanned),
+    /// A `ports/list` may be answered from the last scan (one at a time, so
+    /// replies wait for room in the outbox like any other line).
+    Reply,
 }
 
 /// One connection's port lookups.
@@ -42,6 +45,9 @@ pub(crate) struct Ports {
     answering: Vec<RequestId>,
     /// `ports/list` requests that came during it: the next scan answers them.
     waiting: Vec<RequestId>,
+    /// Requests the last scan answers, one line at a time, and its result.
+    replying: std::collections::VecDeque<RequestId>,
+    result: Option<Scanned>,
     scan: Option<JoinHandle<Scanned>>,
     watching: bool,
     /// What the last watched scan found (`None`: nothing reported yet).
@@ -65,12 +71,12 @@ impl Ports {
         request: RequestId,
         roster: impl FnOnce() -> Vec<(String, Session)>,
     ) -> Result<(), ErrorObject> {
-        if self.answering.len() + self.waiting.len() >= MAX_WAITING_LISTS {
+        if self.answering.len() + self.waiting.len() + self.replying.len() >= MAX_WAITING_LISTS {
             return Err(ErrorObject::invalid_request(format!(
                 "ports/list refused: {MAX_WAITING_LISTS} wait for a scan already on this connection"
             )));
         }
-        if self.scan.is_some() {
+        if self.scan.is_some() || !self.replying.is_empty() {
             self.waiting.push(request);
         } else {
             self.answering.push(request);
@@ -81,7 +87,7 @@ impl Ports {
 
     /// No `ports/list` waits for its reply.
     pub(crate) fn is_idle(&self) -> bool {
-        self.answering.is_empty() && self.waiting.is_empty()
+        self.answering.is_empty() && self.waiting.is_empty() && self.replying.is_empty()
     }
 
     /// `ports/watch`: the first scan reports every port open now, then changes.
@@ -102,6 +108,9 @@ impl Ports {
 
     /// The next thing to do (pending while nothing is watched or scanning).
     pub(crate) async fn next(&mut self) -> PortsWake {
+        if !self.replying.is_empty() {
+            return PortsWake::Reply;
+        }
         let poll = self.next_poll.filter(|_| self.scan.is_none());
         tokio::select! {
             done = async {
@@ -130,18 +139,35 @@ impl Ports {
                 self.start(roster());
             }
             PortsWake::Scanned(result) => {
-                self.answer(&result, out);
                 if self.watching {
-                    if let Ok(ports) = result {
-                        self.report(ports, out);
+                    if let Ok(ports) = &result {
+                        self.report(ports.clone(), out);
                     }
                     self.next_poll = Some(Instant::now() + PORTS_POLL_INTERVAL);
                 }
-                if !self.waiting.is_empty() {
-                    self.answering = std::mem::take(&mut self.waiting);
-                    self.start(roster());
-                }
+                self.replying.extend(self.answering.drain(..));
+                self.result = Some(result);
+                self.after_replies(roster);
             }
+            PortsWake::Reply => {
+                if let (Some(request), Some(result)) = (self.replying.pop_front(), &self.result) {
+                    out.push(reply(&request, result));
+                }
+                self.after_replies(roster);
+            }
+        }
+    }
+
+    /// Once every reply of the last scan is out: the requests that came
+    /// meanwhile get a scan of their own.
+    fn after_replies(&mut self, roster: impl FnOnce() -> Vec<(String, Session)>) {
+        if !self.replying.is_empty() {
+            return;
+        }
+        self.result = None;
+        if !self.waiting.is_empty() && self.scan.is_none() {
+            self.answering = std::mem::take(&mut self.waiting);
+            self.start(roster());
         }
     }
 
@@ -150,18 +176,6 @@ impl Ports {
             scan::scan(&roster).map_err(|error| format!("cannot read /proc: {error}"))
         });
         self.scan = Some(scan);
-    }
-
-    fn answer(&mut self, result: &Scanned, out: &mut Vec<String>) {
-        for request in self.answering.drain(..) {
-            let reply = match result {
-                Ok(ports) => Ok(PortsResult { ports: ports.clone() }),
-                Err(error) => {
-                    Err(ErrorObject::internal(format!("cannot list the listening ports: {error}")))
-                }
-            };
-            out.push(encode_response(&request, &reply));
-        }
     }
 
     /// `ports/changed` with the difference from the last report, if any.
@@ -178,5 +192,46 @@ impl Ports {
             out.push(encode_notification::<PortsChanged>(&params, 256));
         }
         self.known = Some(now);
+    }
+}
+
+/// The reply to one `ports/list` from a scan's result.
+fn reply(request: &RequestId, result: &Scanned) -> String {
+    let reply = match result {
+        Ok(ports) => Ok(PortsResult { ports: ports.clone() }),
+        Err(error) => {
+            Err(ErrorObject::internal(format!("cannot list the listening ports: {error}")))
+        }
+    };
+    encode_response(request, &reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn lists_waiting_for_a_scan_are_bounded() {
+        let mut ports = Ports::default();
+        for id in 0..MAX_WAITING_LISTS {
+            let id = i64::try_from(id).unwrap_or(i64::MAX);
+            assert!(ports.list(RequestId::from(id), Vec::new).is_ok());
+        }
+        let refused = ports.list(RequestId::from(-5), Vec::new).err().map(|e| e.message);
+        assert_eq!(
+            refused.as_deref(),
+            Some("ports/list refused: 1024 wait for a scan already on this connection")
+        );
+        // One scan answers them all, one line per wake.
+        let mut out = Vec::new();
+        let wake = ports.next().await;
+        ports.on_wake(wake, Vec::new, &mut out);
+        assert!(out.is_empty());
+        while !ports.is_idle() {
+            let wake = ports.next().await;
+            ports.on_wake(wake, Vec::new, &mut out);
+        }
+        assert_eq!(out.len(), MAX_WAITING_LISTS);
+        assert_eq!(out[0], r#"{"id":0,"result":{"ports":[]}}"#);
     }
 }

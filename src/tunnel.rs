@@ -13,18 +13,21 @@
 //! buffered byte held in the server-wide room (`--max-retained-bytes`, also
 //! charged to the retention budget).
 
+mod room;
 mod target;
 mod task;
 
+pub use self::room::CONNECTION_TUNNEL_BYTES;
 pub use self::target::{TunnelPolicy, TUNNEL_CONNECT_TIMEOUT};
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use serde_json::Value;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 
+use self::room::Room;
 use self::task::{Event, Spec, Write};
 use crate::process::Account;
 use crate::protocol::*;
@@ -39,48 +42,11 @@ pub const MAX_TUNNELS: usize = 256;
 pub const MAX_TUNNEL_ID_BYTES: usize = 256;
 /// Largest `tunnel/data` chunk.
 const CHUNK: usize = 128 * 1024;
+/// What each `tunnel/write` counts against [`TUNNEL_WRITE_BUFFER`] besides
+/// its bytes (its record and its reply): at most 256 writes wait per tunnel.
+const WRITE_OVERHEAD: usize = 4096;
 /// Events of a connection's tunnels waiting for its loop.
 const EVENT_QUEUE: usize = 64;
-
-/// Bytes held in the server-wide tunnel room and charged to the retention
-/// account, given back when dropped.
-pub(crate) struct Held {
-    permit: OwnedSemaphorePermit,
-    account: Arc<Account>,
-    bytes: usize,
-}
-
-impl Held {
-    fn new(permit: OwnedSemaphorePermit, account: Arc<Account>, bytes: usize) -> Held {
-        account.hold(bytes);
-        Held { permit, account, bytes }
-    }
-
-    /// Holds `bytes` instead: gives back the excess, or waits in `room` for the rest.
-    async fn resize(&mut self, room: &Arc<Semaphore>, bytes: usize) {
-        if bytes <= self.bytes {
-            let freed = self.bytes - bytes;
-            drop(self.permit.split(freed));
-            self.account.release(freed);
-        } else {
-            let more = u32::try_from(bytes - self.bytes).unwrap_or(u32::MAX);
-            // The room is never closed: an error cannot come.
-            if let Ok(permit) = room.clone().acquire_many_owned(more).await {
-                self.permit.merge(permit);
-                self.account.hold(more as usize);
-            } else {
-                return;
-            }
-        }
-        self.bytes = bytes;
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.account.release(self.bytes);
-    }
-}
 
 /// One tunnel, as the loop knows it.
 struct Entry {
@@ -107,8 +73,7 @@ impl Drop for Entry {
 /// The tunnels of one connection.
 pub(crate) struct Tunnels {
     policy: TunnelPolicy,
-    room: Arc<Semaphore>,
-    account: Arc<Account>,
+    room: Room,
     entries: HashMap<String, Entry>,
     ids: HashMap<u64, String>,
     next_serial: u64,
@@ -125,8 +90,7 @@ impl Tunnels {
         let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
         Tunnels {
             policy,
-            room: account.tunnel_room(room_bytes),
-            account,
+            room: Room::new(account, room_bytes),
             entries: HashMap::new(),
             ids: HashMap::new(),
             next_serial: 1,
@@ -137,9 +101,16 @@ impl Tunnels {
 
     /// A fresh set for a new connection of the same session (tunnels never carry over).
     pub(crate) fn renewed(&self) -> Tunnels {
-        let mut fresh = Tunnels::new(self.policy, self.account.clone(), 0);
-        fresh.room = self.room.clone();
-        fresh
+        let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
+        Tunnels {
+            policy: self.policy,
+            room: self.room.renewed(),
+            entries: HashMap::new(),
+            ids: HashMap::new(),
+            next_serial: 1,
+            events_tx,
+            events,
+        }
     }
 
     /// `tunnel/open`: the reply comes from [`Tunnels::apply`] once connected.
@@ -178,7 +149,6 @@ impl Tunnels {
             target,
             credit: credit.clone(),
             room: self.room.clone(),
-            account: self.account.clone(),
         };
         let task = tokio::spawn(task::run(spec, writes_rx, self.events_tx.clone()));
         tracing::debug!(tunnel = %tunnel_id, to = %shown, "opening a tunnel");
@@ -216,23 +186,20 @@ impl Tunnels {
             )));
         }
         let bytes = chunk.0;
-        if entry.queued + bytes.len() > TUNNEL_WRITE_BUFFER {
+        let cost = bytes.len() + WRITE_OVERHEAD;
+        if entry.queued + cost > TUNNEL_WRITE_BUFFER {
             return Err(ErrorObject::invalid_request(format!(
-                "tunnel {tunnel_id}'s write buffer is full: {} bytes wait for {} to take them, and at most {TUNNEL_WRITE_BUFFER} may; wait for the replies to earlier writes",
+                "tunnel {tunnel_id}'s write buffer is full: {} bytes wait for {} to take them (each write counts {WRITE_OVERHEAD} more), and at most {TUNNEL_WRITE_BUFFER} may; wait for the replies to earlier writes",
                 entry.queued, entry.shown
             )));
         }
-        let permit = u32::try_from(bytes.len())
-            .ok()
-            .and_then(|n| self.room.clone().try_acquire_many_owned(n).ok())
-            .ok_or_else(|| {
-                ErrorObject::invalid_request(format!(
-                    "tunnel {tunnel_id}'s write was refused: the server's buffers are full ({} bytes free); retry later",
-                    self.room.available_permits()
-                ))
-            })?;
-        let size = bytes.len();
-        let held = Held::new(permit, self.account.clone(), size);
+        let Some(held) = self.room.try_hold(bytes.len()) else {
+            return Err(ErrorObject::invalid_request(format!(
+                "tunnel {tunnel_id}'s write was refused: the server's buffers for tunnels are full ({} bytes free for this connection); retry later",
+                self.room.free()
+            )));
+        };
+        let size = cost;
         if entry.writes.send(Write { bytes, close_write, held }).is_err() {
             return Err(unknown(&tunnel_id));
         }

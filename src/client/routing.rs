@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
@@ -69,6 +69,8 @@ pub(crate) struct Shared {
     pub(crate) watches: Mutex<WatchRoutes>,
     /// Where `tunnel/data` and `tunnel/closed` go.
     pub(crate) tunnels: Mutex<TunnelRoutes>,
+    /// One permit per tunnel this client may have open at once.
+    pub(crate) tunnel_slots: Arc<tokio::sync::Semaphore>,
     next_tunnel: AtomicU64,
     /// Where `ports/changed` goes (one watcher at a time).
     pub(crate) ports: Mutex<Option<mpsc::UnboundedSender<PortsChangedParams>>>,
@@ -95,6 +97,7 @@ impl Default for Shared {
             next_route: AtomicU64::new(1),
             watches: Mutex::default(),
             tunnels: Mutex::default(),
+            tunnel_slots: Arc::new(tokio::sync::Semaphore::new(super::tunnel::MAX_TUNNELS)),
             next_tunnel: AtomicU64::new(1),
             ports: Mutex::default(),
             sends_closed: AtomicBool::new(true),

@@ -28,6 +28,9 @@ const WINDOW: usize = 1024 * 1024;
 const WRITE_BUFFER: usize = 1024 * 1024;
 /// Largest `tunnel/write` chunk.
 const WRITE_CHUNK: usize = 128 * 1024;
+/// The server's limit of tunnels per connection (`MAX_TUNNELS`): a client
+/// opens at most this many at once.
+pub(crate) const MAX_TUNNELS: usize = 256;
 
 /// What the reader task hands a tunnel.
 pub(crate) enum TunnelMsg {
@@ -123,10 +126,10 @@ fn parse_data_line(line: &[u8]) -> Option<(&str, &[u8])> {
     Some((id, chunk))
 }
 
-/// An open tunnel as its pump sees it.
+/// An open tunnel as its pump sees it. Dropped before its pump ends it,
+/// the tunnel is closed on the server (its guard).
 pub(crate) struct Opened {
-    client: Client,
-    id: String,
+    guard: CloseOnDrop,
     messages: mpsc::UnboundedReceiver<TunnelMsg>,
     queued: Arc<AtomicUsize>,
 }
@@ -144,18 +147,30 @@ pub(crate) enum Ending {
 
 impl Client {
     /// Opens a tunnel to `host:port` on the server's side (`tunnel/open`).
+    /// Waits for one of the [`MAX_TUNNELS`] slots of this client when all
+    /// are taken (so a busy forward queues instead of being refused).
     pub(crate) async fn open_tunnel_raw(&self, host: &str, port: u16) -> Result<Opened, Error> {
+        let slot = self
+            .shared()
+            .tunnel_slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| self.shared().closed_error())?;
         let id = format!("tunnel-{}", self.shared().next_tunnel());
         let (messages_tx, messages) = mpsc::unbounded_channel();
         let queued = Arc::new(AtomicUsize::new(0));
         let route = TunnelRoute { messages: messages_tx, queued: queued.clone() };
         lock(&self.shared().tunnels).routes.insert(id.clone(), route);
-        let params = TunnelOpenParams::new(id.clone(), host, port);
+        // From here a drop (a cancelled open too) closes the tunnel and frees its slot.
+        let mut guard = CloseOnDrop { client: self.clone(), id, armed: true, _slot: slot };
+        let params = TunnelOpenParams::new(guard.id.clone(), host, port);
         if let Err(error) = self.call::<TunnelOpen>(&params).await {
-            lock(&self.shared().tunnels).routes.remove(&id);
+            // Nothing opened: nothing to close.
+            guard.armed = false;
             return Err(error);
         }
-        Ok(Opened { client: self.clone(), id, messages, queued })
+        Ok(Opened { guard, messages, queued })
     }
 
     /// Opens a tunnel to `host:port`, connected from the server's side: the
@@ -181,8 +196,8 @@ impl Opened {
     /// done or one fails; the tunnel is closed on the server when this ends
     /// (or is dropped) before the remote side did.
     pub(crate) async fn pump<S: AsyncRead + AsyncWrite>(self, local: S) -> Ending {
-        let Opened { client, id, mut messages, queued } = self;
-        let mut guard = CloseOnDrop { client: client.clone(), id: id.clone(), armed: true };
+        let Opened { mut guard, mut messages, queued } = self;
+        let (client, id) = (guard.client.clone(), guard.id.clone());
         let (mut reader, mut writer) = tokio::io::split(local);
         let down = async {
             while let Some(message) = messages.recv().await {
@@ -262,15 +277,18 @@ async fn answered(reply: super::PendingReply) -> Result<(), String> {
     }
 }
 
-/// Closes the tunnel on the server unless it ended there.
+/// Closes the tunnel on the server unless it ended there, forgets its
+/// route, and gives its slot back.
 struct CloseOnDrop {
     client: Client,
     id: String,
     armed: bool,
+    _slot: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl Drop for CloseOnDrop {
     fn drop(&mut self) {
+        lock(&self.client.shared().tunnels).routes.remove(&self.id);
         if self.armed && !self.client.is_closed() {
             self.client.send_and_forget::<TunnelClose>(&TunnelIdParams::new(self.id.clone()));
         }

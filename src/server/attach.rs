@@ -150,7 +150,7 @@ where
                     detaching = true;
                     break;
                 }
-                tracing::warn!("processes or fs calls still busy after the connection ended; closing");
+                tracing::warn!("processes, fs calls, tunnels or requests still busy after the connection ended; closing");
                 break;
             }
         }

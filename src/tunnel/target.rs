@@ -82,7 +82,7 @@ fn not_loopback(shown: &str) -> ErrorObject {
 
 /// `host:port` as messages show it (`[::1]:80` for an IPv6 literal).
 pub(super) fn shown(host: &str, port: u16) -> String {
-    if host.contains(':') && !host.starts_with('[') {
+    if host.parse::<Ipv6Addr>().is_ok() {
         format!("[{host}]:{port}")
     } else {
         format!("{host}:{port}")

@@ -13,9 +13,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, Semaphore};
 
+use super::room::{Held, Room};
 use super::target::{self, Target};
-use super::{Held, CHUNK};
-use crate::process::Account;
+use super::CHUNK;
 use crate::protocol::{encode_tunnel_data, ErrorObject, TunnelEnd};
 
 /// What the task tells the loop, in order.
@@ -46,8 +46,7 @@ pub(super) struct Spec {
     pub(super) shown: String,
     pub(super) target: Target,
     pub(super) credit: Arc<Semaphore>,
-    pub(super) room: Arc<Semaphore>,
-    pub(super) account: Arc<Account>,
+    pub(super) room: Room,
 }
 
 pub(super) async fn run(
@@ -82,13 +81,14 @@ async fn read_side(
     reader: OwnedReadHalf,
     events: &mpsc::Sender<Event>,
 ) -> (TunnelEnd, Option<String>) {
-    let mut buffer = vec![0u8; CHUNK];
     let mut seq = 0;
+    // A chunk whose line fits in half the room (never one that cannot be held).
+    let chunk = largest_chunk(spec.room.largest() / 2, spec.id.len());
     loop {
         // One byte of credit first (the window may be spent), then all there is.
         let Ok(first) = spec.credit.acquire().await else { return closed() };
         first.forget();
-        let extra = spec.credit.available_permits().min(CHUNK - 1);
+        let extra = spec.credit.available_permits().min(chunk - 1);
         let granted = 1 + spec.credit.try_acquire_many(extra as u32).map_or(0, |p| {
             p.forget();
             extra
@@ -96,18 +96,20 @@ async fn read_side(
         if let Err(error) = reader.readable().await {
             return ended(&error);
         }
-        let Ok(permit) = spec.room.clone().acquire_many_owned(granted as u32).await else {
+        // The line's whole cost at once: nothing is held while waiting for more.
+        let Some(mut held) = spec.room.hold(line_size(granted, spec.id.len())).await else {
             return closed();
         };
-        let mut held = Held::new(permit, spec.account.clone(), granted);
-        match reader.try_read(&mut buffer[..granted]) {
+        // Allocated only when there is something to read: an idle tunnel holds no buffer.
+        let mut buffer = vec![0u8; granted];
+        match reader.try_read(&mut buffer) {
             Ok(0) => return (TunnelEnd::Eof, None),
             Ok(n) => {
                 spec.credit.add_permits(granted - n);
                 // Encoded here, off the loop; held for what the line costs.
                 seq += 1;
                 let line = encode_tunnel_data(&spec.id, seq, &buffer[..n]);
-                held.resize(&spec.room, line.len()).await;
+                held.shrink_to(line.len());
                 let data = Event::Data { serial: spec.serial, line, size: n, held };
                 if events.send(data).await.is_err() {
                     return closed();
@@ -145,6 +147,19 @@ async fn write_side(
     }
     // The loop dropped the tunnel: the task is being ended anyway.
     std::future::pending().await
+}
+
+/// What the `tunnel/data` line of `n` bytes costs at most (its JSON around
+/// the base64 of the bytes, seq up to 20 digits).
+fn line_size(n: usize, id_len: usize) -> usize {
+    n.div_ceil(3) * 4 + id_len * 6 + 96
+}
+
+/// The most bytes read at once so that their line costs at most `budget`
+/// (at least one byte).
+fn largest_chunk(budget: usize, id_len: usize) -> usize {
+    let room = budget.saturating_sub(id_len * 6 + 96) / 4 * 3;
+    room.clamp(1, CHUNK)
 }
 
 fn ended(error: &io::Error) -> (TunnelEnd, Option<String>) {

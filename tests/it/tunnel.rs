@@ -489,15 +489,33 @@ async fn writes_past_the_tunnels_buffer_are_refused_and_every_write_is_answered(
     let refusal = |reply: &Value| {
         let message = reply["error"]["message"].as_str().unwrap_or_default().to_owned();
         message.starts_with("tunnel full's write buffer is full: ")
-            && message.ends_with(&format!(" bytes wait for 127.0.0.1:{port} to take them, and at most 1048576 may; wait for the replies to earlier writes"))
+            && message.ends_with(&format!(" bytes wait for 127.0.0.1:{port} to take them (each write counts 4096 more), and at most 1048576 may; wait for the replies to earlier writes"))
             && reply["error"]["code"] == -32600
     };
     // Refused writes are answered at once, accepted ones once the kernel took them.
     let first = harness.take("a refused write", |m| m.get("id").is_some() && refusal(m)).await;
     assert!(ids.contains(&first["id"].as_i64().unwrap()));
+    // Empty writes count too (4096 each): they cannot pile up without bound.
+    let mut empties = Vec::new();
+    for _ in 0..300 {
+        empties.push(
+            harness.send_request("tunnel/write", json!({"tunnelId": "full", "chunk": ""})).await,
+        );
+    }
+    let mut refused_empty = 0;
+    while refused_empty < 300 - 256 {
+        let reply = harness
+            .take("a refused empty write", |m| {
+                m["id"].as_i64().is_some_and(|id| empties.contains(&id)) && refusal(m)
+            })
+            .await;
+        assert!(empties.contains(&reply["id"].as_i64().unwrap()));
+        refused_empty += 1;
+    }
+    ids.extend(empties);
     // The remote side goes: every write is answered, none left hanging.
     held_tx.send(()).unwrap();
-    let mut answered = 1;
+    let mut answered = 1 + refused_empty;
     while answered < ids.len() {
         let reply = harness.take("a write's reply", |m| m.get("id").is_some()).await;
         let message = reply["error"]["message"].as_str().unwrap_or_default();
@@ -505,6 +523,8 @@ async fn writes_past_the_tunnels_buffer_are_refused_and_every_write_is_answered(
             reply.get("result") == Some(&json!({}))
                 || refusal(&reply)
                 || message == "tunnel full was not written: it ended"
+                // Read by the server after the tunnel ended.
+                || message == "unknown tunnel full"
                 || message
                     .starts_with(&format!("cannot write to tunnel full (127.0.0.1:{port}): ")),
             "{reply}"
@@ -513,4 +533,49 @@ async fn writes_past_the_tunnels_buffer_are_refused_and_every_write_is_answered(
     }
     let (_, closed) = read_tunnel(&mut harness, "full").await;
     assert!(["reset", "eof"].contains(&closed["reason"].as_str().unwrap()), "{closed}");
+}
+
+#[tokio::test]
+async fn a_small_server_room_still_carries_a_tunnel() {
+    // A room smaller than one full chunk's line: chunks shrink to fit, nothing waits forever.
+    let (flood, _) = flooder(2 * 1024 * 1024).await;
+    let config = Config { max_retained_bytes: 100_000, ..Config::default() };
+    let mut harness = Harness::ready_with(config).await;
+    let open = json!({"tunnelId": "small", "host": "127.0.0.1", "port": flood.port()});
+    harness.result("tunnel/open", open).await;
+    let (mut received, mut next_seq) = (0, 1);
+    while received < 2 * 1024 * 1024 {
+        let message = harness.take("tunnel data", |m| m["params"]["tunnelId"] == "small").await;
+        assert_eq!(message["method"], "tunnel/data", "{message}");
+        assert_eq!(message["params"]["seq"], next_seq);
+        next_seq += 1;
+        let bytes = unb64(&message["params"]["chunk"]).len();
+        received += bytes;
+        let ack = json!({"method": "tunnel/ack", "params": {"tunnelId": "small", "bytes": bytes}});
+        harness.send(ack).await;
+    }
+    assert_eq!(received, 2 * 1024 * 1024);
+}
+
+#[tokio::test]
+async fn tunnels_dropped_or_cancelled_at_once_are_closed_and_free_their_slots() {
+    let echo = echo_server().await;
+    let launcher = Launcher::spawn(LaunchCommand::new(BIN)).await.unwrap();
+    let client = launcher.client();
+    // More than the server's 256 per connection, each dropped right after it opened.
+    for _ in 0..300 {
+        drop(within("an open", client.open_tunnel("127.0.0.1", echo.port())).await.unwrap());
+    }
+    // And as many opens cancelled before their reply.
+    for _ in 0..300 {
+        let open = client.open_tunnel("127.0.0.1", echo.port());
+        let _ = tokio::time::timeout(std::time::Duration::from_micros(1), open).await;
+    }
+    let mut tunnel =
+        within("an open after them", client.open_tunnel("127.0.0.1", echo.port())).await.unwrap();
+    tunnel.write_all(b"still").await.unwrap();
+    tunnel.shutdown().await.unwrap();
+    let mut back = Vec::new();
+    within("the echo", tunnel.read_to_end(&mut back)).await.unwrap();
+    assert_eq!(back, b"still");
 }

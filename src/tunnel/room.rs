@@ -1,0 +1,98 @@
+//! Where tunnel bytes are held: the server-wide room (`--max-retained-bytes`,
+//! shared by every connection) and the connection's share of it, both taken
+//! at once for each buffer and charged to the retention account.
+
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::process::Account;
+
+/// What one connection's tunnels may hold at once (of the server-wide room):
+/// one connection cannot starve the others.
+pub const CONNECTION_TUNNEL_BYTES: usize = 64 * 1024 * 1024;
+
+/// A connection's view of the rooms.
+#[derive(Clone)]
+pub(super) struct Room {
+    server: Arc<Semaphore>,
+    connection: Arc<Semaphore>,
+    account: Arc<Account>,
+    /// The most one buffer may hold: both rooms always have that much in all.
+    largest: usize,
+}
+
+impl Room {
+    /// The rooms of a new connection of a server whose account is `account`.
+    pub(super) fn new(account: Arc<Account>, server_bytes: usize) -> Room {
+        let server = account.tunnel_room(server_bytes);
+        let share = CONNECTION_TUNNEL_BYTES.min(server_bytes).max(1);
+        let connection = Arc::new(Semaphore::new(share));
+        Room { server, connection, account, largest: share.min(server_bytes).max(1) }
+    }
+
+    /// A room for a new connection of the same server.
+    pub(super) fn renewed(&self) -> Room {
+        let share = CONNECTION_TUNNEL_BYTES.min(self.largest.max(1));
+        Room { connection: Arc::new(Semaphore::new(share)), ..self.clone() }
+    }
+
+    /// The largest hold that can ever be granted.
+    pub(super) fn largest(&self) -> usize {
+        self.largest
+    }
+
+    /// Waits until `bytes` (at most [`Room::largest`]) fit in both rooms,
+    /// taking them together (no part is held while waiting for the rest).
+    pub(super) async fn hold(&self, bytes: usize) -> Option<Held> {
+        let bytes = bytes.clamp(1, self.largest);
+        let n = u32::try_from(bytes).ok()?;
+        let connection = self.connection.clone().acquire_many_owned(n).await.ok()?;
+        let server = self.server.clone().acquire_many_owned(n).await.ok()?;
+        Some(Held::new([connection, server], self.account.clone(), bytes))
+    }
+
+    /// `bytes` now, or `None` when either room lacks them.
+    pub(super) fn try_hold(&self, bytes: usize) -> Option<Held> {
+        let n = u32::try_from(bytes).ok()?;
+        let connection = self.connection.clone().try_acquire_many_owned(n).ok()?;
+        let server = self.server.clone().try_acquire_many_owned(n).ok()?;
+        Some(Held::new([connection, server], self.account.clone(), bytes))
+    }
+
+    /// Bytes free for this connection now.
+    pub(super) fn free(&self) -> usize {
+        self.connection.available_permits().min(self.server.available_permits())
+    }
+}
+
+/// Bytes held in both rooms and charged to the retention account, given
+/// back when dropped.
+pub(crate) struct Held {
+    permits: [OwnedSemaphorePermit; 2],
+    account: Arc<Account>,
+    bytes: usize,
+}
+
+impl Held {
+    fn new(permits: [OwnedSemaphorePermit; 2], account: Arc<Account>, bytes: usize) -> Held {
+        account.hold(bytes);
+        Held { permits, account, bytes }
+    }
+
+    /// Keeps at most `bytes` of the hold.
+    pub(super) fn shrink_to(&mut self, bytes: usize) {
+        let freed = self.bytes.saturating_sub(bytes);
+        for permit in &mut self.permits {
+            drop(permit.split(freed));
+        }
+        self.account.release(freed);
+        self.bytes -= freed;
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.account.release(self.bytes);
+    }
+}
