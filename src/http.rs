@@ -16,7 +16,6 @@
 //! `--max-retained-bytes` and charged to the retention account); `timeoutMs`
 //! bounds the whole exchange, body included.
 
-mod budget;
 mod connect;
 mod exchange;
 mod prepare;

@@ -54,6 +54,8 @@ mod cli;
 #[cfg(feature = "server")]
 mod fs;
 #[cfg(feature = "server")]
+mod hold;
+#[cfg(feature = "server")]
 mod host;
 #[cfg(feature = "server")]
 mod http;

@@ -15,10 +15,10 @@ use hyper::body::Incoming;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 
-use super::budget::Held;
 use super::exchange;
 use super::prepare::Prepared;
 use super::{HTTP_BODY_LIMIT, HTTP_DELTA, HTTP_STREAM_BUFFER};
+use crate::hold::Held;
 use crate::process::Account;
 use crate::protocol::{Base64, ErrorObject, HttpHeader, HttpResponse};
 
@@ -92,7 +92,7 @@ async fn read_whole(mut body: Incoming, spec: &Spec) -> Result<(Vec<u8>, Option<
                 "the body is larger than {HTTP_BODY_LIMIT} bytes, the most a buffered request answers with (set streamResponse)"
             ));
         }
-        let more = Held::try_take(&spec.room, &spec.account, data.len())
+        let more = Held::try_take(&[&spec.room], &spec.account, data.len())
             .ok_or("the server's buffers are full (--max-retained-bytes); retry later")?;
         match held.as_mut() {
             Some(held) => held.merge(more),
@@ -144,7 +144,7 @@ async fn stream(
         let Ok(data) = frame.into_data() else { continue };
         for piece in data.chunks(HTTP_DELTA) {
             let held = deadline
-                .bound(Held::wait(&spec.room, &own, &spec.account, piece.len()))
+                .bound(Held::wait(&[&own, &spec.room], &spec.account, piece.len()))
                 .await?
                 .ok_or("the server's buffers were closed")?;
             match pending_held.as_mut() {

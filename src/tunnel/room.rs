@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 
+pub(super) use crate::hold::Held;
 use crate::process::Account;
 
 /// What one connection's tunnels may hold at once (of the server-wide room):
@@ -46,53 +47,16 @@ impl Room {
     /// taking them together (no part is held while waiting for the rest).
     pub(super) async fn hold(&self, bytes: usize) -> Option<Held> {
         let bytes = bytes.clamp(1, self.largest);
-        let n = u32::try_from(bytes).ok()?;
-        let connection = self.connection.clone().acquire_many_owned(n).await.ok()?;
-        let server = self.server.clone().acquire_many_owned(n).await.ok()?;
-        Some(Held::new([connection, server], self.account.clone(), bytes))
+        Held::wait(&[&self.connection, &self.server], &self.account, bytes).await
     }
 
     /// `bytes` now, or `None` when either room lacks them.
     pub(super) fn try_hold(&self, bytes: usize) -> Option<Held> {
-        let n = u32::try_from(bytes).ok()?;
-        let connection = self.connection.clone().try_acquire_many_owned(n).ok()?;
-        let server = self.server.clone().try_acquire_many_owned(n).ok()?;
-        Some(Held::new([connection, server], self.account.clone(), bytes))
+        Held::try_take(&[&self.connection, &self.server], &self.account, bytes)
     }
 
     /// Bytes free for this connection now.
     pub(super) fn free(&self) -> usize {
         self.connection.available_permits().min(self.server.available_permits())
-    }
-}
-
-/// Bytes held in both rooms and charged to the retention account, given
-/// back when dropped.
-pub(crate) struct Held {
-    permits: [OwnedSemaphorePermit; 2],
-    account: Arc<Account>,
-    bytes: usize,
-}
-
-impl Held {
-    fn new(permits: [OwnedSemaphorePermit; 2], account: Arc<Account>, bytes: usize) -> Held {
-        account.hold(bytes);
-        Held { permits, account, bytes }
-    }
-
-    /// Keeps at most `bytes` of the hold.
-    pub(super) fn shrink_to(&mut self, bytes: usize) {
-        let freed = self.bytes.saturating_sub(bytes);
-        for permit in &mut self.permits {
-            drop(permit.split(freed));
-        }
-        self.account.release(freed);
-        self.bytes -= freed;
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.account.release(self.bytes);
     }
 }

@@ -1,0 +1,86 @@
+//! Bytes held in memory against budgets of bytes (semaphores: a connection's
+//! share, a request's buffer, the server-wide room) and charged to the
+//! retention account; given back when dropped. Tunnels and `http/request`
+//! bodies hold their buffers so.
+
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::process::Account;
+
+/// Held bytes: one permit per budget, in the order they were taken.
+pub(crate) struct Held {
+    permits: Vec<OwnedSemaphorePermit>,
+    account: Arc<Account>,
+    bytes: usize,
+}
+
+impl Held {
+    /// Waits for `bytes` of each budget in turn (all of one before the next,
+    /// so nothing is held while waiting for more of the same budget).
+    /// `None` when a budget is closed or `bytes` is too large to ask for.
+    pub(crate) async fn wait(
+        budgets: &[&Arc<Semaphore>],
+        account: &Arc<Account>,
+        bytes: usize,
+    ) -> Option<Held> {
+        let count = u32::try_from(bytes).ok()?;
+        let mut permits = Vec::with_capacity(budgets.len());
+        for budget in budgets {
+            permits.push((*budget).clone().acquire_many_owned(count).await.ok()?);
+        }
+        Some(Held::charged(permits, account, bytes))
+    }
+
+    /// `bytes` of every budget now, or `None` when one lacks them.
+    pub(crate) fn try_take(
+        budgets: &[&Arc<Semaphore>],
+        account: &Arc<Account>,
+        bytes: usize,
+    ) -> Option<Held> {
+        let count = u32::try_from(bytes).ok()?;
+        let permits = budgets
+            .iter()
+            .map(|budget| (*budget).clone().try_acquire_many_owned(count).ok())
+            .collect::<Option<Vec<_>>>()?;
+        Some(Held::charged(permits, account, bytes))
+    }
+
+    fn charged(permits: Vec<OwnedSemaphorePermit>, account: &Arc<Account>, bytes: usize) -> Held {
+        account.hold(bytes);
+        Held { permits, account: account.clone(), bytes }
+    }
+
+    /// Adds `other`, taken from the same budgets in the same order.
+    pub(crate) fn merge(&mut self, mut other: Held) {
+        for (mine, theirs) in self.permits.iter_mut().zip(other.permits.drain(..)) {
+            mine.merge(theirs);
+        }
+        self.bytes += other.bytes;
+        other.bytes = 0;
+    }
+
+    /// Splits `bytes` (at most what is held) off into a hold of their own.
+    pub(crate) fn split_off(&mut self, bytes: usize) -> Held {
+        let bytes = bytes.min(self.bytes);
+        let permits = self.permits.iter_mut().filter_map(|permit| permit.split(bytes)).collect();
+        self.bytes -= bytes;
+        Held { permits, account: self.account.clone(), bytes }
+    }
+
+    /// Keeps at most `bytes`, giving the rest back.
+    pub(crate) fn shrink_to(&mut self, bytes: usize) {
+        drop(self.split_off(self.bytes.saturating_sub(bytes)));
+    }
+
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.account.release(self.bytes);
+    }
+}
