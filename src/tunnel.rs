@@ -87,24 +87,19 @@ pub(crate) struct TunnelEvent(Event);
 impl Tunnels {
     /// No tunnels yet; `account` is the server's, `room_bytes` the server-wide room.
     pub(crate) fn new(policy: TunnelPolicy, account: Arc<Account>, room_bytes: usize) -> Tunnels {
-        let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
-        Tunnels {
-            policy,
-            room: Room::new(account, room_bytes),
-            entries: HashMap::new(),
-            ids: HashMap::new(),
-            next_serial: 1,
-            events_tx,
-            events,
-        }
+        Tunnels::with_room(policy, Room::new(account, room_bytes))
     }
 
     /// A fresh set for a new connection of the same session (tunnels never carry over).
     pub(crate) fn renewed(&self) -> Tunnels {
+        Tunnels::with_room(self.policy, self.room.renewed())
+    }
+
+    fn with_room(policy: TunnelPolicy, room: Room) -> Tunnels {
         let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
         Tunnels {
-            policy: self.policy,
-            room: self.room.renewed(),
+            policy,
+            room,
             entries: HashMap::new(),
             ids: HashMap::new(),
             next_serial: 1,

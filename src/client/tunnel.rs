@@ -61,18 +61,14 @@ impl TunnelRoutes {
                 tracing::warn!("malformed tunnel/data");
                 return;
             };
-            let Some(route) = self.routes.get(id) else { return };
+            if !self.routes.contains_key(id) {
+                return;
+            }
             let Ok(Base64(bytes)) = Base64::decode(chunk) else {
                 tracing::warn!(tunnel = %id, "tunnel/data with a chunk that is not base64");
                 return;
             };
-            let size = bytes.len();
-            if route.queued.fetch_add(size, Ordering::Relaxed) + size > WINDOW {
-                tracing::warn!(tunnel = %id, "the server sent past its window; dropping the tunnel");
-                self.routes.remove(id);
-                return;
-            }
-            let _ = route.messages.send(TunnelMsg::Data(bytes));
+            self.push(id, bytes);
         } else if method == TunnelClosed::NAME {
             let Ok(closed) = serde_json::from_value::<TunnelClosedParams>(params.clone()) else {
                 tracing::warn!("malformed tunnel/closed");
@@ -89,16 +85,25 @@ impl TunnelRoutes {
     /// done) for any other line, which then takes the general path.
     pub(crate) fn deliver_line(&mut self, line: &[u8]) -> bool {
         let Some((id, chunk)) = parse_data_line(line) else { return false };
-        let Some(route) = self.routes.get(id) else { return true };
+        if !self.routes.contains_key(id) {
+            return true;
+        }
         let Ok(bytes) = crate::protocol::Base64::decode_ascii(chunk) else { return false };
+        self.push(id, bytes);
+        true
+    }
+
+    /// Queues `bytes` for tunnel `id`'s pump; a server that sends past its
+    /// window loses the tunnel.
+    fn push(&mut self, id: &str, bytes: Vec<u8>) {
+        let Some(route) = self.routes.get(id) else { return };
         let size = bytes.len();
         if route.queued.fetch_add(size, Ordering::Relaxed) + size > WINDOW {
             tracing::warn!(tunnel = %id, "the server sent past its window; dropping the tunnel");
             self.routes.remove(id);
-            return true;
+            return;
         }
         let _ = route.messages.send(TunnelMsg::Data(bytes));
-        true
     }
 
     /// The connection is gone: every tunnel ends (their pumps see no close).

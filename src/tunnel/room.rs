@@ -19,7 +19,8 @@ pub(super) struct Room {
     server: Arc<Semaphore>,
     connection: Arc<Semaphore>,
     account: Arc<Account>,
-    /// The most one buffer may hold: both rooms always have that much in all.
+    /// The connection's share, and so the most one buffer may hold: both
+    /// rooms always have that much in all.
     largest: usize,
 }
 
@@ -29,13 +30,12 @@ impl Room {
         let server = account.tunnel_room(server_bytes);
         let share = CONNECTION_TUNNEL_BYTES.min(server_bytes).max(1);
         let connection = Arc::new(Semaphore::new(share));
-        Room { server, connection, account, largest: share.min(server_bytes).max(1) }
+        Room { server, connection, account, largest: share }
     }
 
     /// A room for a new connection of the same server.
     pub(super) fn renewed(&self) -> Room {
-        let share = CONNECTION_TUNNEL_BYTES.min(self.largest.max(1));
-        Room { connection: Arc::new(Semaphore::new(share)), ..self.clone() }
+        Room { connection: Arc::new(Semaphore::new(self.largest)), ..self.clone() }
     }
 
     /// The largest hold that can ever be granted.
