@@ -26,6 +26,8 @@ mod shell;
 pub(crate) mod uri;
 
 #[cfg(feature = "server")]
+pub(crate) use self::inbound::FsConfine;
+#[cfg(feature = "server")]
 pub(crate) use self::info::environment_info;
 
 /// Which dialect a request, a connection or a [`crate::Client`] speaks.

@@ -8,6 +8,7 @@
 //! and copy walk descriptors and never follow links inside the tree (`walk.rs`).
 //! The server calls these under `spawn_blocking`.
 
+mod access;
 mod cached;
 mod canonical;
 mod copy;
@@ -30,6 +31,7 @@ use std::io;
 use std::os::fd::AsFd;
 use std::time::SystemTime;
 
+pub(crate) use self::access::{AccessMap, Need};
 pub(crate) use self::cached::cached_metadata;
 pub(crate) use self::canonical::canonicalize;
 pub(crate) use self::copy::copy;
@@ -194,6 +196,7 @@ pub(crate) fn remove(roots: &Roots, params: RemoveParams) -> FsResult<Empty> {
     if sys::file_type(&stat) != libc::S_IFDIR {
         sys::unlinkat(entry.dir.as_fd(), &entry.name, false).map_err(io_error(op, path))?;
     } else if params.recursive.unwrap_or(true) {
+        located.check_tree(entry.dir.as_fd(), Some(&entry.name)).map_err(io_error(op, path))?;
         walk::remove_tree(entry.dir.as_fd(), &entry.name, path)?;
     } else {
         sys::unlinkat(entry.dir.as_fd(), &entry.name, true).map_err(io_error(op, path))?;

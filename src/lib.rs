@@ -93,7 +93,9 @@ pub use crate::executor::{Executor, RemoteExecutor};
 pub use crate::filesystem::LocalFileSystem;
 pub use crate::filesystem::{FileSystem, RemoteFileSystem};
 pub use crate::launcher::{LaunchCommand, Launcher, Shutdown, SshCommand};
-pub use crate::protocol::{Sandbox, SandboxMode, SandboxType, StartParams, TtySize};
+pub use crate::protocol::{
+    Access, AccessEntry, Sandbox, SandboxMode, SandboxType, StartParams, TtySize,
+};
 
 #[cfg(feature = "server")]
 /// Lets this program serve as its own sandbox helper: call it first thing in

@@ -11,7 +11,9 @@
 //! `report` (how the trampoline tells the server it started, or why not),
 //! `sys` (the system calls std lacks).
 
+mod access;
 mod confine;
+mod glob;
 mod init;
 mod landlock;
 mod policy;
@@ -22,6 +24,7 @@ mod sys;
 mod trampoline;
 mod view;
 
+pub(crate) use self::access::resolve_map;
 pub(crate) use self::policy::{check_request, resolve, Policy, Settings};
 pub(crate) use self::report::Failure;
 

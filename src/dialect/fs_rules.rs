@@ -12,8 +12,9 @@ const TODAY_HANDLES: usize = 128;
 /// The choices of the other fs methods: today's skips special files in a
 /// recursive copy, lists only entries whose type is known, and walks as
 /// upstream does (bounds refused, a file root empty, links only as followed
-/// directories, lossy names), and reads `followSymlinks: false` as "no
-/// component of the path is a symlink".
+/// directories, lossy names), reads `followSymlinks: false` as "no
+/// component of the path is a symlink", and writes a hard-linked file in
+/// place (as upstream's plain write does).
 pub(crate) fn fs_rules(dialect: Dialect) -> FsRules {
     match dialect {
         Dialect::V0 => FsRules::default(),
@@ -27,6 +28,7 @@ pub(crate) fn fs_rules(dialect: Dialect) -> FsRules {
                 lossy_names: true,
             },
             no_link_components: true,
+            write_linked_in_place: true,
         },
     }
 }

@@ -6,14 +6,12 @@
 //! not UTF-8), a complete `env`, and a `{"mode": ...}` sandbox. What today's
 //! client may send but this server cannot honour is refused naming the field.
 
-use std::path::PathBuf;
-
 use serde_json::{Map, Value};
 
-use super::contexts::{self, Confinement};
+use super::contexts;
 use super::uri::PATH_KEYS;
 use super::{env, uri, Dialect, Numbering};
-use crate::protocol::{Base64, ErrorObject};
+use crate::protocol::{Base64, ErrorObject, Sandbox};
 
 /// fs methods that change the file system (confined by a managed sandbox context).
 const FS_WRITES: [&str; 5] =
@@ -32,8 +30,17 @@ pub(crate) struct Inbound {
     pub(crate) dialect: Dialect,
     /// How a process/start numbers its events: today's counter only for a file URI cwd.
     pub(crate) numbering: Numbering,
-    /// An fs write under a managed sandbox context: its paths must lie beneath these.
-    pub(crate) confine: Option<Vec<PathBuf>>,
+    /// An fs call under a sandbox context: an access list confines every
+    /// call; the older writable roots confine writes only.
+    pub(crate) confine: Option<FsConfine>,
+}
+
+/// How an fs call under a sandbox context is confined.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct FsConfine {
+    pub(crate) sandbox: Sandbox,
+    /// The call changes the file system (its paths must be writable).
+    pub(crate) writes: bool,
 }
 
 /// Translates the params of `method`.
@@ -88,13 +95,9 @@ pub(crate) fn translate(method: &str, params: Value) -> Result<Inbound, ErrorObj
             dialect = Dialect::Today;
             let replace = object.get("mode").and_then(Value::as_str) == Some("replace");
             let writes = FS_WRITES.contains(&method) || (method == "fs/open" && replace);
-            if let Confinement::Restricted { writable, .. } =
-                contexts::confinement(method, &sandbox)?
-            {
-                if writes {
-                    confine = Some(writable);
-                }
-            }
+            confine = contexts::confinement(method, &sandbox, None)?
+                .filter(|sandbox| writes || sandbox.access.is_some())
+                .map(|sandbox| FsConfine { sandbox, writes });
         }
     }
     Ok(Inbound { params: Value::Object(object), dialect, numbering, confine })
@@ -140,8 +143,16 @@ fn start_fields(object: &mut Map<String, Value>, dialect: &mut Dialect) -> Resul
     }
     if let Some(sandbox) = object.get("sandbox").filter(|s| contexts::is_context(s)) {
         *dialect = Dialect::Today;
-        match contexts::confinement("process/start", sandbox)?.to_sandbox()? {
-            Some(policy) => object.insert("sandbox".into(), policy),
+        let cwd = object.get("cwd").and_then(Value::as_str).map(std::path::Path::new);
+        match contexts::confinement("process/start", sandbox, cwd)? {
+            Some(policy) => {
+                let policy = serde_json::to_value(policy).map_err(|e| {
+                    ErrorObject::invalid_params(format!(
+                        "invalid params for process/start: sandbox: {e}"
+                    ))
+                })?;
+                object.insert("sandbox".into(), policy)
+            }
             None => object.remove("sandbox"),
         };
     }
@@ -152,6 +163,7 @@ fn start_fields(object: &mut Map<String, Value>, dialect: &mut Dialect) -> Resul
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::path::PathBuf;
 
     #[test]
     fn uris_become_paths_or_base64_twins() {
@@ -200,7 +212,8 @@ mod tests {
         let write =
             translate("fs/writeFile", json!({"path": "file:///w/f", "sandbox": context.clone()}))
                 .unwrap();
-        assert_eq!(write.confine, Some(vec![PathBuf::from("/w")]));
+        let sandbox = Sandbox::restricted(["/w"]).network(false);
+        assert_eq!(write.confine, Some(FsConfine { sandbox, writes: true }));
         let read =
             translate("fs/readFile", json!({"path": "file:///etc/hosts", "sandbox": context}))
                 .unwrap();
@@ -213,6 +226,25 @@ mod tests {
         assert_eq!(translate("fs/open", open).unwrap().confine, None, "reading stays free");
         let replace =
             json!({"handleId": "h", "path": "/w/f", "mode": "replace", "sandbox": read_only});
-        assert_eq!(translate("fs/open", replace).unwrap().confine, Some(vec![]));
+        let sandbox = Sandbox::restricted(Vec::<PathBuf>::new()).network(false);
+        let confine = translate("fs/open", replace).unwrap().confine;
+        assert_eq!(confine, Some(FsConfine { sandbox, writes: true }));
+    }
+
+    #[test]
+    fn fs_access_lists_confine_every_call() {
+        let context = json!({"permissions": {"type": "managed", "file_system": {"type": "restricted",
+            "entries": [{"path": {"type": "path", "path": "file:///d"}, "access": "read"}]}}});
+        let read = translate("fs/readFile", json!({"path": "file:///d/f", "sandbox": context}));
+        let confine = read.unwrap().confine.unwrap();
+        assert!(!confine.writes);
+        assert_eq!(
+            confine.sandbox.access,
+            Some(vec![crate::protocol::AccessEntry {
+                path: "/d".into(),
+                access: crate::protocol::Access::Read,
+                optional: false
+            }])
+        );
     }
 }

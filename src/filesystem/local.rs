@@ -48,12 +48,12 @@ impl FileSystem for LocalFileSystem {
 
     async fn write_file(&self, path: &Path, data: &[u8]) -> Result<(), Error> {
         let params = write_params(path, data, false);
-        local(|roots| fs::write_file(roots, params)).await.map(drop)
+        local(|roots| fs::write_file(roots, params, &fs::FsRules::default())).await.map(drop)
     }
 
     async fn append_file(&self, path: &Path, data: &[u8]) -> Result<(), Error> {
         let params = write_params(path, data, true);
-        local(|roots| fs::write_file(roots, params)).await.map(drop)
+        local(|roots| fs::write_file(roots, params, &fs::FsRules::default())).await.map(drop)
     }
 
     async fn create_directory(&self, path: &Path, recursive: bool) -> Result<(), Error> {

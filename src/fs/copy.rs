@@ -20,7 +20,7 @@ pub(crate) const UNSUPPORTED: &str =
 /// skipped; a special file as the source is refused either way.
 pub(crate) fn copy(roots: &Roots, params: CopyParams, rules: &FsRules) -> FsResult<Empty> {
     let op = FsOp::Copy;
-    let source = roots.locate(&params.source_path)?;
+    let source = roots.locate(&params.source_path)?.reading();
     let destination = roots.locate(&params.destination_path)?;
     let (from, to) = (source.path(), destination.path());
     let handle = source.open(libc::O_PATH | libc::O_NOFOLLOW).map_err(|e| source.fail(op, e))?;
@@ -39,6 +39,7 @@ pub(crate) fn copy(roots: &Roots, params: CopyParams, rules: &FsRules) -> FsResu
             if inside || existing.is_some_and(|e| sys::same_file(&e, &stat)) {
                 return Err(ErrorObject::invalid_request(INTO_ITSELF));
             }
+            source.check_tree(handle.as_fd(), None).map_err(io_error(op, from))?;
             let dir = sys::openat(handle.as_fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)
                 .map_err(io_error(op, from))?;
             let skip_special = rules.skip_special_in_copies;

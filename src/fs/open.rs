@@ -2,10 +2,11 @@
 
 use std::ffi::{CStr, CString, OsStr};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use super::access::Need;
 use super::error::{self, io_error, FsOp};
 use super::kind;
 use super::roots::{self, Roots};
@@ -22,6 +23,8 @@ pub(crate) struct Located<'a> {
     dir: OwnedFd,
     rel: PathBuf,
     resolve: u64,
+    /// Under a sandbox's access list, what the call needs of this path.
+    need: Need,
 }
 
 /// A directory entry: its parent directory and its name (one component).
@@ -39,7 +42,13 @@ impl<'a> Located<'a> {
         rel: PathBuf,
         resolve: u64,
     ) -> Located<'a> {
-        Located { roots, path, dir, rel, resolve }
+        let need = roots.guard.as_ref().map_or(Need::Read, |guard| guard.need);
+        Located { roots, path, dir, rel, resolve, need }
+    }
+
+    /// This path as one the call only reads (the source of a copy).
+    pub(crate) fn reading(self) -> Located<'a> {
+        Located { need: Need::Read, ..self }
     }
 
     /// The path as given.
@@ -50,7 +59,57 @@ impl<'a> Located<'a> {
     /// Opens the path itself with `flags` (add `O_NOFOLLOW` to stop at a final symlink).
     pub(crate) fn open(&self, flags: libc::c_int) -> io::Result<OwnedFd> {
         let rel = if self.rel.as_os_str().is_empty() { Path::new(".") } else { &self.rel };
-        sys::openat2(self.dir.as_fd(), &sys::c_path(rel)?, flags, 0, self.resolve)
+        let fd = sys::openat2(self.dir.as_fd(), &sys::c_path(rel)?, flags, 0, self.resolve)?;
+        self.check_fd(&fd)?;
+        Ok(fd)
+    }
+
+    /// Under an access list: `fd` must be something the call may use as it
+    /// needs, judged by its real path (so no link on the way fools it).
+    fn check_fd(&self, fd: &OwnedFd) -> io::Result<()> {
+        if self.roots.guard.is_none() {
+            return Ok(());
+        }
+        self.check(&real_path(fd)?)
+    }
+
+    /// Under an access list: whether `real` allows what the call needs;
+    /// EACCES when it may not be read, EROFS when it may only be read.
+    fn check(&self, real: &Path) -> io::Result<()> {
+        let Some(guard) = &self.roots.guard else { return Ok(()) };
+        if guard.map.allows(real, self.need) {
+            return Ok(());
+        }
+        if self.need == Need::Write && guard.map.allows(real, Need::Read) {
+            return Err(io::Error::new(
+                io::ErrorKind::ReadOnlyFilesystem,
+                "Read-only file system: the sandbox lets this call only read it",
+            ));
+        }
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "Permission denied: the sandbox keeps this call from it",
+        ))
+    }
+
+    /// Under an access list: refuses a tree (the directory `fd`) that holds a
+    /// path the call may not use as it needs, before it is walked whole.
+    pub(crate) fn check_tree(&self, fd: BorrowedFd<'_>, name: Option<&CStr>) -> io::Result<()> {
+        let Some(guard) = &self.roots.guard else { return Ok(()) };
+        let mut real = real_path(&fd)?;
+        if let Some(name) = name {
+            real.push(OsStr::from_bytes(name.to_bytes()));
+        }
+        match guard.map.narrower_beneath(&real, self.need) {
+            None => Ok(()),
+            Some(inner) => Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "Permission denied: it holds {}, which the sandbox keeps from this call",
+                    inner.display()
+                ),
+            )),
+        }
     }
 
     /// The error for a failed resolution: leaving a root is -32600 outside, the rest as I/O errors.
@@ -87,6 +146,9 @@ impl<'a> Located<'a> {
         };
         let flags = libc::O_PATH | libc::O_DIRECTORY;
         let dir = sys::openat2(self.dir.as_fd(), &sys::c_path(parent)?, flags, 0, self.resolve)?;
+        if self.roots.guard.is_some() {
+            self.check(&real_path(&dir)?.join(name))?;
+        }
         let name = CString::new(name.as_bytes())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
         Ok(Some(Entry { dir, name }))
@@ -110,13 +172,18 @@ impl<'a> Located<'a> {
     ) -> io::Result<OwnedFd> {
         let rel = self.rel.join(rel);
         let rel = if rel.as_os_str().is_empty() { Path::new(".") } else { &rel };
-        sys::openat2(self.dir.as_fd(), &sys::c_path(rel)?, flags, 0, self.resolve | resolve)
+        let fd =
+            sys::openat2(self.dir.as_fd(), &sys::c_path(rel)?, flags, 0, self.resolve | resolve)?;
+        self.check_fd(&fd)?;
+        Ok(fd)
     }
 
     /// Opens `name` inside this directory, resolved from the root like the path itself.
     pub(crate) fn open_child(&self, name: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
         let rel = self.rel.join(OsStr::from_bytes(name.to_bytes()));
-        sys::openat2(self.dir.as_fd(), &sys::c_path(&rel)?, flags, 0, self.resolve)
+        let fd = sys::openat2(self.dir.as_fd(), &sys::c_path(&rel)?, flags, 0, self.resolve)?;
+        self.check_fd(&fd)?;
+        Ok(fd)
     }
 
     /// The entry the path leads to after following final symlinks (beneath the
@@ -144,7 +211,14 @@ impl<'a> Located<'a> {
             return Err(error::invalid_input(op, self.path, detail));
         }
         let located = self.roots.locate(&real).map_err(|_| roots::outside(self.path))?;
-        let entry = located.entry(op).map_err(|_| roots::outside(self.path))?;
+        let located = Located { need: self.need, ..located };
+        let entry = match located.entry_io() {
+            Ok(Some(entry)) => entry,
+            Err(e) if self.roots.guard.is_some() && !roots::is_escape(&e) => {
+                return Err(self.fail(op, e))
+            }
+            _ => return Err(roots::outside(self.path)),
+        };
         let stat = sys::fstatat(entry.dir.as_fd(), &entry.name, false).ok();
         match stat {
             Some(stat) if sys::same_file(&stat, &resolved) => Ok((entry, Some(stat))),
@@ -153,4 +227,16 @@ impl<'a> Located<'a> {
             ))),
         }
     }
+}
+
+/// The path the kernel has for an open descriptor.
+fn real_path(fd: &impl AsRawFd) -> io::Result<PathBuf> {
+    let real = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;
+    if !real.is_absolute() {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "Permission denied: not a path",
+        ));
+    }
+    Ok(real)
 }

@@ -13,6 +13,9 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
+use std::sync::Arc;
+
+use super::access::{AccessMap, Need};
 use super::mounts::OwnedMounts;
 use super::open::Located;
 use super::sys;
@@ -24,6 +27,16 @@ pub(crate) struct Roots {
     roots: Vec<Root>,
     /// Where a cached `fs/getMetadata` may be trusted (`mounts.rs`).
     pub(crate) owned: OwnedMounts,
+    /// A sandbox's access list and what the call needs of its paths: every
+    /// descriptor a call opens is checked against it by its real path.
+    pub(crate) guard: Option<Guard>,
+}
+
+/// An access list and what a call needs of the paths it names.
+#[derive(Debug, Clone)]
+pub(crate) struct Guard {
+    pub(crate) map: Arc<AccessMap>,
+    pub(crate) need: Need,
 }
 
 #[derive(Debug)]
@@ -39,7 +52,23 @@ struct Root {
 impl Roots {
     /// No confinement.
     pub(crate) const fn empty() -> Roots {
-        Roots { roots: Vec::new(), owned: OwnedMounts::new() }
+        Roots { roots: Vec::new(), owned: OwnedMounts::new(), guard: None }
+    }
+
+    /// These roots for a call under `map` that needs `need` of its paths.
+    pub(crate) fn guarded(&self, map: Arc<AccessMap>, need: Need) -> io::Result<Roots> {
+        let roots = self
+            .roots
+            .iter()
+            .map(|root| {
+                Ok(Root {
+                    given: root.given.clone(),
+                    canonical: root.canonical.clone(),
+                    dir: root.dir.try_clone()?,
+                })
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(Roots { roots, owned: OwnedMounts::new(), guard: Some(Guard { map, need }) })
     }
 
     /// Opens each root; a root must be an existing directory.
@@ -62,7 +91,7 @@ impl Roots {
             let given = clean(&std::path::absolute(root).map_err(named)?);
             opened.push(Root { given, canonical, dir });
         }
-        Ok(Roots { roots: opened, owned: OwnedMounts::new() })
+        Ok(Roots { roots: opened, owned: OwnedMounts::new(), guard: None })
     }
 
     /// Roots narrowed to the directories `inner`, each opened beneath these
@@ -86,7 +115,7 @@ impl Roots {
                 })?;
             opened.push(Root { given: clean(root), canonical, dir });
         }
-        Ok(Roots { roots: opened, owned: OwnedMounts::new() })
+        Ok(Roots { roots: opened, owned: OwnedMounts::new(), guard: None })
     }
 
     /// The roots with symlinks resolved, in command-line order.

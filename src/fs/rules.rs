@@ -16,6 +16,10 @@ pub(crate) struct FsRules {
     /// `followSymlinks: false` (given as such) means that no component of
     /// the path may be a symlink (else only a last one counts).
     pub(crate) no_link_components: bool,
+    /// `fs/writeFile` over a file with other names (hard links) writes it in
+    /// place, so every name sees the new bytes (else it is replaced
+    /// atomically, and the other names keep the old file).
+    pub(crate) write_linked_in_place: bool,
 }
 
 /// `fs/walk`'s choices.

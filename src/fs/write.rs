@@ -7,14 +7,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::error::{invalid_input, io_error, FsOp};
 use super::open::Entry;
-use super::{kind, sys, FsResult, Roots};
+use super::{kind, sys, FsResult, FsRules, Roots};
 use crate::protocol::{Base64, Empty, ErrorObject, WriteFileParams};
 
 /// Writes `dataBase64` to the path. Without `append` the file is replaced
 /// atomically, keeping the old one's permissions; readers see the old or the
 /// new content, never a mix. A final symlink is followed (its target is
 /// replaced and the link kept) unless `followSymlinks` is false, which refuses it.
-pub(crate) fn write_file(roots: &Roots, mut params: WriteFileParams) -> FsResult<Empty> {
+/// A file with other names is written in place when `rules` say so.
+pub(crate) fn write_file(
+    roots: &Roots,
+    mut params: WriteFileParams,
+    rules: &FsRules,
+) -> FsResult<Empty> {
     let data = Base64::decode_string(std::mem::take(&mut params.data_base64)).map_err(|e| {
         ErrorObject::invalid_request(format!("fs/writeFile requires valid base64 dataBase64: {e}"))
     })?;
@@ -41,7 +46,8 @@ pub(crate) fn write_file(roots: &Roots, mut params: WriteFileParams) -> FsResult
     // A pseudo-file (/proc, /sys) cannot be replaced, and no temporary file can
     // be made beside it: it is written in place.
     let pseudo = existing.is_some() && on_pseudo_filesystem(entry.dir.as_fd());
-    if params.append || pseudo {
+    let linked = rules.write_linked_in_place && existing.is_some_and(|stat| stat.st_nlink > 1);
+    if params.append || pseudo || linked {
         let mode = if params.append { libc::O_APPEND | libc::O_CREAT } else { libc::O_TRUNC };
         let flags = libc::O_WRONLY | mode | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
         let fd = sys::openat(entry.dir.as_fd(), &entry.name, flags, 0o666)

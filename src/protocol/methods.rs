@@ -275,6 +275,52 @@ pub struct Sandbox {
     /// `restricted`: whether the process may use the host's IP network (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<bool>,
+    /// `restricted`, instead of the roots: what may be read, written or not
+    /// seen at all, path by path; the most specific entry wins, and what no
+    /// entry covers is denied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<Vec<AccessEntry>>,
+    /// With `access`: absolute patterns (`*`, `?`, `[...]` within a
+    /// component, `**` across them) whose matches, found when the sandbox is
+    /// made, are denied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deny_globs: Option<Vec<String>>,
+    /// With `denyGlobs`: how many directories deep beneath a pattern's fixed
+    /// prefix they are looked for (default: no limit but the scan's bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub glob_scan_max_depth: Option<u32>,
+    /// With `access`: names beneath every writable entry kept read-only when
+    /// they exist (`.git`, and the directory a `.git` file points to).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_read_only: Option<Vec<String>>,
+}
+
+/// One entry of a sandbox's `access` list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AccessEntry {
+    /// An absolute path: a directory (and all beneath it) or a file.
+    pub path: PathBuf,
+    /// What the entry grants there.
+    pub access: Access,
+    /// A deny entry for a path that does not exist inside a writable one is
+    /// refused (it could be created) unless this is true; other missing
+    /// entries grant nothing and are skipped.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
+}
+
+/// What an access entry grants, weakest first; at one path, the strongest
+/// of deny, write and read wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    /// Read (and execute).
+    Read,
+    /// Read and write.
+    Write,
+    /// Neither: the path shows as an empty directory or file.
+    Deny,
 }
 
 impl Sandbox {
@@ -290,6 +336,23 @@ impl Sandbox {
             writable_roots: Some(writable_roots.into_iter().map(Into::into).collect()),
             readable_roots: None,
             network: None,
+            access: None,
+            deny_globs: None,
+            glob_scan_max_depth: None,
+            keep_read_only: None,
+        }
+    }
+
+    /// A `restricted` sandbox given as an access list instead of roots (no
+    /// network): see [`AccessEntry`].
+    pub fn access<I>(entries: I) -> Sandbox
+    where
+        I: IntoIterator<Item = AccessEntry>,
+    {
+        Sandbox {
+            writable_roots: None,
+            access: Some(entries.into_iter().collect()),
+            ..Sandbox::restricted(Vec::<PathBuf>::new())
         }
     }
 

@@ -17,6 +17,13 @@ pub(crate) struct Policy {
     pub(crate) writable: Vec<PathBuf>,
     /// Reads only beneath these and `writable`; `None`: reads everywhere.
     pub(crate) readable: Option<Vec<PathBuf>>,
+    /// Inside writable (or masked) ones, shown read-only (a bind).
+    #[serde(default)]
+    pub(crate) read_only: Vec<PathBuf>,
+    /// Inside readable or writable ones, shown empty (an empty directory or
+    /// file over them).
+    #[serde(default)]
+    pub(crate) masked: Vec<PathBuf>,
     /// The host's IP network (false: no IP socket at all).
     pub(crate) network: bool,
     /// A program the sandbox keeps from running still starts: the process
@@ -56,6 +63,10 @@ pub(crate) fn check_request(
                 ("writableRoots", sandbox.writable_roots.is_some()),
                 ("readableRoots", sandbox.readable_roots.is_some()),
                 ("network", sandbox.network.is_some()),
+                ("access", sandbox.access.is_some()),
+                ("denyGlobs", sandbox.deny_globs.is_some()),
+                ("globScanMaxDepth", sandbox.glob_scan_max_depth.is_some()),
+                ("keepReadOnly", sandbox.keep_read_only.is_some()),
             ];
             if let Some((field, _)) = stray.iter().find(|(_, given)| *given) {
                 return Err(ErrorObject::invalid_params(format!(
@@ -64,6 +75,30 @@ pub(crate) fn check_request(
             }
             return Ok(());
         }
+    }
+    if let Some(entries) = &sandbox.access {
+        if sandbox.writable_roots.is_some() || sandbox.readable_roots.is_some() {
+            return Err(ErrorObject::invalid_params(
+                "sandbox access replaces writableRoots and readableRoots; give one or the other",
+            ));
+        }
+        if let Some(entry) = entries.iter().find(|e| !e.path.is_absolute()) {
+            return Err(ErrorObject::invalid_params(format!(
+                "sandbox access path {} must be an absolute path",
+                entry.path.display()
+            )));
+        }
+        return Ok(());
+    }
+    let extras = [
+        ("denyGlobs", sandbox.deny_globs.is_some()),
+        ("globScanMaxDepth", sandbox.glob_scan_max_depth.is_some()),
+        ("keepReadOnly", sandbox.keep_read_only.is_some()),
+    ];
+    if let Some((field, _)) = extras.iter().find(|(_, given)| *given) {
+        return Err(ErrorObject::invalid_params(format!(
+            "sandbox {field} is only valid with an access list"
+        )));
     }
     if sandbox.writable_roots.is_none() {
         return Err(ErrorObject::invalid_params(
@@ -96,6 +131,8 @@ pub(crate) fn resolve(
         Some(Policy {
             writable,
             readable: None,
+            read_only: Vec::new(),
+            masked: Vec::new(),
             network: settings.network,
             exit_on_exec_failure: false,
         })
@@ -103,6 +140,11 @@ pub(crate) fn resolve(
         None
     };
     let Some(asked) = restricted else { return Ok(default) };
+    if asked.access.is_some() {
+        let map = super::access::resolve_map(asked, roots)?;
+        let policy = super::access::policy_of(&map, asked.network.unwrap_or(false));
+        return narrowed(policy, default);
+    }
     let writable = asked
         .writable_roots
         .iter()
@@ -118,6 +160,20 @@ pub(crate) fn resolve(
         ),
     };
     let network = asked.network.unwrap_or(false);
+    let policy = Policy {
+        writable,
+        readable,
+        read_only: Vec::new(),
+        masked: Vec::new(),
+        network,
+        exit_on_exec_failure: false,
+    };
+    narrowed(policy, default)
+}
+
+/// `policy`, checked to narrow the server's default one under `--sandbox`.
+fn narrowed(policy: Policy, default: Option<Policy>) -> Result<Option<Policy>, ErrorObject> {
+    let (writable, network) = (&policy.writable, policy.network);
     if let Some(default) = default {
         // Under --sandbox a restricted policy may only narrow the default one.
         if let Some(root) =
@@ -135,7 +191,7 @@ pub(crate) fn resolve(
             ));
         }
     }
-    Ok(Some(Policy { writable, readable, network, exit_on_exec_failure: false }))
+    Ok(Some(policy))
 }
 
 /// A root of the policy: canonical, an existing directory, and under `--root` inside a root.

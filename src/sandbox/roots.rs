@@ -1,4 +1,4 @@
-//! The policy's directories, opened once in the trampoline's mount namespace
+//! The policy's paths, opened once in the trampoline's mount namespace
 //! without following any symlink: the mount view and the Landlock rules both
 //! use these descriptors, so a directory swapped for a link (or another
 //! directory) at any moment cannot make the two confine different things.
@@ -9,17 +9,21 @@ use std::path::{Path, PathBuf};
 use super::policy::Policy;
 use super::sys;
 
-/// A root and its `O_PATH` descriptor.
+/// A path of the policy (a directory, or a file) and its `O_PATH` descriptor.
 pub(crate) struct Opened {
     pub(crate) path: PathBuf,
     pub(crate) dir: OwnedFd,
 }
 
-/// The writable and readable roots of a policy, opened.
+/// The paths of a policy, opened.
 pub(crate) struct Roots {
     pub(crate) writable: Vec<Opened>,
     /// `None`: reads everywhere.
     pub(crate) readable: Option<Vec<Opened>>,
+    /// Shown read-only inside writable or masked ones.
+    pub(crate) read_only: Vec<Opened>,
+    /// Shown empty.
+    pub(crate) masked: Vec<Opened>,
 }
 
 impl Roots {
@@ -29,27 +33,63 @@ impl Roots {
         let open_all = |paths: &[PathBuf]| {
             paths
                 .iter()
-                .map(|path| Ok(Opened { path: path.clone(), dir: sys::open_dir_nofollow(path)? }))
+                .map(|path| Ok(Opened { path: path.clone(), dir: sys::open_nofollow(path)? }))
                 .collect::<Result<Vec<_>, String>>()
         };
         let writable = open_all(&policy.writable)?;
         let readable = policy.readable.as_deref().map(open_all).transpose()?;
-        Ok(Roots { writable, readable })
+        let read_only = open_all(&policy.read_only)?;
+        let masked = open_all(&policy.masked)?;
+        Ok(Roots { writable, readable, read_only, masked })
     }
 
-    /// The writable roots that no other contains (a copy of the outer one
-    /// holds the inner), as (path, descriptor).
-    pub(crate) fn outermost_writable(&self) -> Vec<&Opened> {
-        let mut sorted: Vec<&Opened> = self.writable.iter().collect();
-        sorted.sort_by(|a, b| a.path.cmp(&b.path));
-        let mut kept: Vec<&Opened> = Vec::new();
-        for root in sorted {
-            if !kept.iter().any(|outer| root.path.starts_with(&outer.path)) {
-                kept.push(root);
+    /// The mount view's layers, a parent before what lies beneath it, each
+    /// with the kind of the nearest layer above it (`None`: the read-only
+    /// base). Only layers that change what the one above shows are kept: a
+    /// writable path inside a writable one, a read-only one outside a
+    /// writable or masked one, a mask inside a mask, show nothing new.
+    pub(crate) fn layers(&self) -> Vec<Layer<'_>> {
+        let mut all: Vec<(&Opened, Kind)> = Vec::new();
+        all.extend(self.writable.iter().map(|o| (o, Kind::Writable)));
+        all.extend(self.read_only.iter().map(|o| (o, Kind::ReadOnly)));
+        all.extend(self.masked.iter().map(|o| (o, Kind::Masked)));
+        // At one path the mask wins, then read-only (as the policy resolved it).
+        all.sort_by(|a, b| a.0.path.cmp(&b.0.path).then(b.1.cmp(&a.1)));
+        all.dedup_by(|later, kept| later.0.path == kept.0.path);
+        let mut kept: Vec<Layer<'_>> = Vec::new();
+        for (opened, kind) in all {
+            let above = kept
+                .iter()
+                .filter(|layer| opened.path.starts_with(&layer.opened.path))
+                .max_by_key(|layer| layer.opened.path.components().count())
+                .map(|layer| layer.kind);
+            let changes = match kind {
+                Kind::Writable => above != Some(Kind::Writable),
+                Kind::ReadOnly => matches!(above, Some(Kind::Writable | Kind::Masked)),
+                Kind::Masked => above != Some(Kind::Masked),
+            };
+            if changes {
+                kept.push(Layer { opened, kind, above });
             }
         }
         kept
     }
+}
+
+/// How a layer of the view shows its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Kind {
+    Writable,
+    ReadOnly,
+    Masked,
+}
+
+/// One mount of the view.
+pub(crate) struct Layer<'a> {
+    pub(crate) opened: &'a Opened,
+    pub(crate) kind: Kind,
+    /// The kind of the nearest layer above (`None`: the read-only base).
+    pub(crate) above: Option<Kind>,
 }
 
 /// Whether `path` is `/`.
@@ -62,17 +102,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nested_roots_are_covered_by_the_outer_one() {
+    fn layers_keep_what_changes_the_view() {
         let open = |path: &str| Opened {
             path: PathBuf::from(path),
-            dir: sys::open_dir_nofollow(Path::new("/")).unwrap(),
+            dir: sys::open_nofollow(Path::new("/")).unwrap(),
         };
         let roots = Roots {
-            writable: vec![open("/a/b"), open("/a"), open("/ab"), open("/a")],
+            writable: vec![open("/a/b"), open("/a"), open("/ab"), open("/a"), open("/m/w")],
             readable: None,
+            read_only: vec![open("/a/.git"), open("/r"), open("/m/r")],
+            masked: vec![open("/a/secret"), open("/m"), open("/m/x")],
         };
-        let kept: Vec<&Path> =
-            roots.outermost_writable().iter().map(|r| r.path.as_path()).collect();
-        assert_eq!(kept, [Path::new("/a"), Path::new("/ab")]);
+        let kept: Vec<(&Path, Kind, Option<Kind>)> =
+            roots.layers().iter().map(|l| (l.opened.path.as_path(), l.kind, l.above)).collect();
+        let (w, r, m) = (Kind::Writable, Kind::ReadOnly, Kind::Masked);
+        assert_eq!(
+            kept,
+            [
+                (Path::new("/a"), w, None),
+                (Path::new("/a/.git"), r, Some(w)),
+                (Path::new("/a/secret"), m, Some(w)),
+                (Path::new("/ab"), w, None),
+                (Path::new("/m"), m, None),
+                (Path::new("/m/r"), r, Some(m)),
+                (Path::new("/m/w"), w, Some(m)),
+            ]
+        );
     }
 }

@@ -26,12 +26,21 @@ pub(crate) fn c_path(path: &Path) -> Result<CString, String> {
         .map_err(|_| format!("path {} holds a NUL byte", path.display()))
 }
 
-/// Opens a directory (`O_PATH`) without following any symlink on the way:
-/// the roots are canonical, so a link found now was put there since.
-pub(crate) fn open_dir_nofollow(path: &Path) -> Result<OwnedFd, String> {
+/// Opens a directory or file (`O_PATH`) without following any symlink on
+/// the way or at the end: the paths are canonical, so a link found now was
+/// put there since.
+pub(crate) fn open_nofollow(path: &Path) -> Result<OwnedFd, String> {
     let resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
-    crate::fs::sys::openat2_path(path, libc::O_PATH | libc::O_DIRECTORY, resolve)
+    crate::fs::sys::openat2_path(path, libc::O_PATH | libc::O_NOFOLLOW, resolve)
         .map_err(|e| format!("cannot open {}: {e}", path.display()))
+}
+
+/// The device and inode of `fd`.
+pub(crate) fn identity(fd: &OwnedFd) -> Result<(u64, u64), String> {
+    use std::os::fd::AsFd;
+    crate::fs::sys::fstat(fd.as_fd())
+        .map(|stat| (stat.st_dev, stat.st_ino))
+        .map_err(|e| format!("cannot stat a sandbox path: {e}"))
 }
 
 /// Writes all of `bytes` to `fd` (a file in /proc, a pipe).

@@ -19,7 +19,7 @@ use tokio::task::{Id, JoinSet};
 use tokio::time::{Duration, Instant};
 
 use super::dispatch::{decode, reply};
-use crate::dialect::{fs_rules, outbound, Dialect};
+use crate::dialect::{fs_rules, outbound, Dialect, FsConfine};
 use crate::fs::{self, Handles, Roots};
 use crate::protocol::*;
 
@@ -57,8 +57,8 @@ pub(super) struct Call {
     /// The connection has spoken today's dialect: its handle calls (which
     /// name no path, so their own dialect cannot tell) follow today's rules.
     pub(super) today: bool,
-    /// A write under a managed sandbox context: confined beneath these.
-    pub(super) confine: Option<Vec<PathBuf>>,
+    /// Under a sandbox context: how the call is confined.
+    pub(super) confine: Option<FsConfine>,
 }
 
 struct Job {
@@ -123,6 +123,7 @@ impl FsCalls {
     pub(super) fn submit(&mut self, call: Call) -> Option<String> {
         let paths = named_paths(&call.params);
         if call.method == GetMetadata::NAME
+            && call.confine.is_none()
             && call.bytes <= CACHED_MAX_BYTES
             && !self.overlaps_earlier(&paths, self.queue.len())
         {
@@ -227,11 +228,11 @@ fn run(roots: &Roots, handles: &Handles, call: Call) -> String {
     let rules = fs_rules::handle_rules(connection);
     let choices = fs_rules::fs_rules(dialect);
     let word = |refusal| fs_rules::refusal(connection, refusal);
-    // A write under a managed sandbox context: confined beneath its writable roots.
+    // A call under a sandbox context: confined as it says.
     let confined;
     let roots = match confine {
         None => roots,
-        Some(writable) => match confined_roots(roots, &writable) {
+        Some(confine) => match confined_roots(roots, &confine) {
             Ok(inner) => {
                 confined = inner;
                 &confined
@@ -263,7 +264,7 @@ fn run(roots: &Roots, handles: &Handles, call: Call) -> String {
         ),
         WriteFile::NAME => answer(ok::<WriteFile>(&id, params, |p| {
             strict(&p.path, p.follow_symlinks, fs::Strict::Write)?;
-            fs::write_file(roots, p)
+            fs::write_file(roots, p, &choices)
         })),
         CreateDirectory::NAME => {
             answer(ok::<CreateDirectory>(&id, params, |p| fs::create_directory(roots, p)))
@@ -323,8 +324,19 @@ fn ok<M: Method>(
     Ok(reply::<M>(id, Ok(result)))
 }
 
-/// The roots of a write confined to `writable` (each inside the server's roots).
-fn confined_roots(roots: &Roots, writable: &[PathBuf]) -> Result<Roots, ErrorObject> {
+/// The roots of a call under a sandbox context: with an access list, every
+/// path it opens is checked against the list (resolved now); with the older
+/// writable roots, a write lies beneath one of them (each inside the
+/// server's roots).
+fn confined_roots(roots: &Roots, confine: &FsConfine) -> Result<Roots, ErrorObject> {
+    if confine.sandbox.access.is_some() {
+        let map = crate::sandbox::resolve_map(&confine.sandbox, roots)?;
+        let need = if confine.writes { fs::Need::Write } else { fs::Need::Read };
+        return roots.guarded(Arc::new(map), need).map_err(|e| {
+            ErrorObject::internal(format!("cannot confine the call to its sandbox: {e}"))
+        });
+    }
+    let writable = confine.sandbox.writable_roots.as_deref().unwrap_or_default();
     if writable.is_empty() {
         return Err(ErrorObject::invalid_request(
             "the sandbox context allows no writes (a readOnly file system)",

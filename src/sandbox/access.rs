@@ -1,0 +1,224 @@
+//! A `restricted` sandbox given as an access list, resolved against the
+//! filesystem when it is used (off the loop): each path canonical (a link
+//! such as `/bin` → `usr/bin` resolved once), missing ones skipped, the names
+//! kept read-only beneath writable entries added, deny globs scanned. The
+//! result serves processes ([`policy_of`]: Landlock, binds and masks) and fs
+//! calls (the map itself) alike.
+
+use std::path::{Path, PathBuf};
+
+use super::glob;
+use super::policy::Policy;
+use crate::fs::{AccessMap, Roots};
+use crate::protocol::{Access, ErrorObject, Sandbox};
+
+/// The access map `sandbox` (which has an `access` list) describes now.
+pub(crate) fn resolve_map(sandbox: &Sandbox, roots: &Roots) -> Result<AccessMap, ErrorObject> {
+    let mut entries = Vec::new();
+    let mut missing = Vec::new();
+    for entry in sandbox.access.iter().flatten() {
+        match canonical(&entry.path)? {
+            Some(path) => {
+                if entry.access != Access::Deny {
+                    check_inside_roots(&path, roots)?;
+                }
+                entries.push((path, entry.access));
+            }
+            None if entry.access == Access::Deny && !entry.optional => missing.push(&entry.path),
+            None => {}
+        }
+    }
+    for pattern in sandbox.deny_globs.iter().flatten() {
+        for found in glob::scan(pattern, sandbox.glob_scan_max_depth)? {
+            if let Some(path) = canonical(&found)? {
+                entries.push((path, Access::Deny));
+            }
+        }
+    }
+    let names = sandbox.keep_read_only.as_deref().unwrap_or_default();
+    let kept = kept_read_only(&entries, names);
+    entries.extend(kept);
+    let map = AccessMap::new(entries);
+    for path in missing {
+        let (existing, rest) = nearest_existing(path);
+        let at = existing.join(rest);
+        if let Some((writable, Access::Write)) = map.nearest(&at) {
+            return Err(ErrorObject::invalid_request(format!(
+                "sandbox deny path {} does not exist inside writable {}, so it cannot be kept hidden (it could be created); mark it optional to skip it",
+                path.display(),
+                writable.display()
+            )));
+        }
+    }
+    Ok(map)
+}
+
+/// The process policy of `map`: Landlock reads beneath every read or write
+/// entry and writes beneath the write entries; in the mount view, read
+/// entries inside a writable or hidden one are bound read-only, and deny
+/// entries inside a visible one are masked.
+pub(crate) fn policy_of(map: &AccessMap, network: bool) -> Policy {
+    let mut policy = Policy {
+        writable: Vec::new(),
+        readable: Some(Vec::new()),
+        read_only: Vec::new(),
+        masked: Vec::new(),
+        network,
+        exit_on_exec_failure: false,
+    };
+    for (path, access) in map.entries() {
+        let above = map.above(path);
+        let path = path.clone();
+        match access {
+            Access::Write => {
+                policy.writable.push(path.clone());
+                policy.readable.get_or_insert_with(Vec::new).push(path);
+            }
+            Access::Read => {
+                if matches!(above, Some(Access::Write | Access::Deny)) {
+                    policy.read_only.push(path.clone());
+                }
+                policy.readable.get_or_insert_with(Vec::new).push(path);
+            }
+            Access::Deny => {
+                if matches!(above, Some(Access::Read | Access::Write)) {
+                    policy.masked.push(path);
+                }
+            }
+        }
+    }
+    policy
+}
+
+/// `path` with its links resolved; `None` when it does not exist.
+fn canonical(path: &Path) -> Result<Option<PathBuf>, ErrorObject> {
+    let named = |problem: String| {
+        ErrorObject::invalid_request(format!("sandbox access path {} {problem}", path.display()))
+    };
+    match std::fs::canonicalize(path) {
+        Ok(canonical) if canonical.to_str().is_none() => Err(named("is not valid UTF-8".into())),
+        Ok(canonical) => Ok(Some(canonical)),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => Ok(None),
+        Err(e) => Err(named(format!("cannot be used: {e}"))),
+    }
+}
+
+/// Under `--root`, a granted path must lie inside a root.
+fn check_inside_roots(path: &Path, roots: &Roots) -> Result<(), ErrorObject> {
+    if !roots.confined() {
+        return Ok(());
+    }
+    let inside = roots.locate(path).ok().and_then(|located| located.open(libc::O_PATH).ok());
+    match inside {
+        Some(_) => Ok(()),
+        None => Err(ErrorObject::invalid_request(format!(
+            "sandbox access path {} is outside the allowed roots",
+            path.display()
+        ))),
+    }
+}
+
+/// The read entries for `names` beneath each writable directory entry: a
+/// directory of that name, or a `.git` file and the directory it points to.
+/// An entry given for the very path wins.
+fn kept_read_only(entries: &[(PathBuf, Access)], names: &[String]) -> Vec<(PathBuf, Access)> {
+    let given = |path: &Path| entries.iter().any(|(p, _)| p == path);
+    let mut kept = Vec::new();
+    for (root, access) in entries {
+        if *access != Access::Write || !root.is_dir() {
+            continue;
+        }
+        for name in names.iter().filter(|n| !n.is_empty() && !n.contains('/') && *n != "..") {
+            let path = root.join(name);
+            let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+            if given(&path) {
+                continue;
+            }
+            if meta.is_dir() {
+                kept.push((path, Access::Read));
+            } else if meta.is_file() && name == ".git" {
+                let target = std::fs::read_to_string(&path).ok().and_then(|text| {
+                    let dir = text.lines().next()?.strip_prefix("gitdir:")?.trim().to_owned();
+                    std::fs::canonicalize(root.join(dir)).ok()
+                });
+                kept.push((path, Access::Read));
+                if let Some(target) = target.filter(|t| t.is_dir() && !given(t)) {
+                    kept.push((target, Access::Read));
+                }
+            }
+        }
+    }
+    kept
+}
+
+/// The nearest existing ancestor of `path`, canonical, and the rest.
+fn nearest_existing(path: &Path) -> (PathBuf, PathBuf) {
+    let mut rest = Vec::new();
+    let mut at = path;
+    loop {
+        if let Ok(canonical) = std::fs::canonicalize(at) {
+            return (canonical, rest.iter().rev().collect());
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name);
+                at = parent;
+            }
+            _ => return (PathBuf::from("/"), path.strip_prefix("/").unwrap_or(path).into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::AccessEntry;
+
+    #[test]
+    fn entries_become_landlock_roots_binds_and_masks() {
+        let map = AccessMap::new(vec![
+            ("/usr".into(), Access::Read),
+            ("/w".into(), Access::Write),
+            ("/w/.git".into(), Access::Read),
+            ("/w/secret".into(), Access::Deny),
+            ("/w/secret/shown".into(), Access::Read),
+            ("/elsewhere".into(), Access::Deny),
+        ]);
+        let policy = policy_of(&map, false);
+        let paths = |list: &[&str]| list.iter().map(PathBuf::from).collect::<Vec<_>>();
+        assert_eq!(policy.writable, paths(&["/w"]));
+        assert_eq!(policy.readable, Some(paths(&["/usr", "/w", "/w/.git", "/w/secret/shown"])));
+        assert_eq!(policy.read_only, paths(&["/w/.git", "/w/secret/shown"]));
+        assert_eq!(policy.masked, paths(&["/w/secret"]));
+    }
+
+    #[test]
+    fn missing_paths_are_skipped_unless_a_deny_could_be_created() {
+        let dir = std::env::temp_dir().join(format!("exec-server-access-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("w/.git")).unwrap();
+        std::fs::create_dir_all(dir.join("w/.codex")).unwrap();
+        let entry = |path: PathBuf, access, optional| AccessEntry { path, access, optional };
+        let mut sandbox = Sandbox::access([
+            entry(dir.join("w"), Access::Write, false),
+            entry(dir.join("gone"), Access::Read, false),
+            entry(dir.join("w/.codex"), Access::Write, false),
+        ]);
+        sandbox.keep_read_only = Some(vec![".git".into(), ".codex".into(), ".agents".into()]);
+        let map = resolve_map(&sandbox, &Roots::empty()).unwrap();
+        let canonical = std::fs::canonicalize(&dir).unwrap();
+        assert_eq!(
+            map.entries(),
+            [
+                (canonical.join("w"), Access::Write),
+                (canonical.join("w/.codex"), Access::Write),
+                (canonical.join("w/.git"), Access::Read),
+            ]
+        );
+        sandbox.access.as_mut().unwrap().push(entry(dir.join("w/new"), Access::Deny, false));
+        let error = resolve_map(&sandbox, &Roots::empty()).unwrap_err();
+        assert!(error.message.contains("does not exist inside writable"), "{}", error.message);
+        sandbox.access.as_mut().unwrap().last_mut().unwrap().optional = true;
+        assert!(resolve_map(&sandbox, &Roots::empty()).is_ok());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
