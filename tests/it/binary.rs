@@ -103,6 +103,13 @@ impl Binary {
         response["result"].clone()
     }
 
+    /// Sends a request that must fail and returns its error.
+    pub async fn error(&mut self, method: &str, params: Value) -> Value {
+        let response = self.call(method, params).await;
+        assert!(response.get("result").is_none(), "{method} succeeded: {response}");
+        response["error"].clone()
+    }
+
     /// The next notification `method` of process `id`.
     pub async fn notification(&mut self, method: &str, id: &str) -> Value {
         loop {

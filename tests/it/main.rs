@@ -20,6 +20,7 @@ mod listener;
 mod mcp;
 mod ports;
 mod process;
+mod profiles;
 mod protocol;
 mod pty;
 mod robust;

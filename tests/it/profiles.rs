@@ -1,0 +1,213 @@
+//! Today's `restricted` permission profiles on process/start, through the
+//! real binary as root and as nobody: read-only carve-outs inside a writable
+//! root, masks over denied paths (and what is shown again beneath them),
+//! deny globs, `minimal` and `project_roots`, symlinked roots; each attacked
+//! by the process, with the tree outside snapshot before and after.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use crate::sandbox::{full_snapshot, run, Tree, User};
+
+fn uri(path: &Path) -> String {
+    format!("file://{}", path.display())
+}
+
+fn entry(path: Value, access: &str) -> Value {
+    json!({"path": path, "access": access})
+}
+
+fn at(path: &Path) -> Value {
+    json!({"type": "path", "path": uri(path)})
+}
+
+fn special(kind: &str) -> Value {
+    json!({"type": "special", "value": {"kind": kind}})
+}
+
+/// A today's context with `entries` (cwd and workspace roots as given).
+fn context(entries: Vec<Value>, cwd: &Path, workspace: &[&Path]) -> Value {
+    let mut context = json!({
+        "permissions": {"type": "managed", "network": "restricted",
+            "file_system": {"type": "restricted", "entries": entries}},
+        "cwd": uri(cwd),
+        "windowsSandboxLevel": "disabled", "windowsSandboxPrivateDesktop": false,
+        "useLegacyLandlock": false,
+    });
+    if !workspace.is_empty() {
+        context["workspaceRoots"] = workspace.iter().map(|w| uri(w)).collect();
+    }
+    context
+}
+
+fn start(id: &str, script: &str, cwd: &Path, sandbox: Value) -> Value {
+    json!({"processId": id, "argv": ["/bin/sh", "-c", script], "cwd": uri(cwd),
+           "env": {"PATH": "/usr/bin:/bin"}, "tty": false, "arg0": null, "sandbox": sandbox})
+}
+
+/// Each attempt prints `NAME ok` or `NAME denied`; reads print what they got.
+const ATTACKS: &str = r#"
+try() { if sh -c "$2" >/dev/null 2>&1; then echo "$1 ok"; else echo "$1 denied"; fi; }
+try git-write 'echo x >> .git/config'
+try git-new 'echo x > .git/new'
+try git-remove 'rm -rf .git'
+try git-rename 'mv .git moved'
+try git-chmod 'chmod 777 .git/config'
+try secret-write 'echo x > secret/top'
+try secret-new 'echo x > secret/new'
+try secret-remove 'rm -rf secret'
+try secret-rename 'mv secret moved'
+try secret-unmount 'umount secret'
+try shown-write 'echo x > secret/shown/s'
+try env-write 'echo x > prod.env'
+try env-remove 'rm -f prod.env'
+try env-link 'ln prod.env linked.env'
+try outside-read "cat $OUT/file"
+try outside-write "echo x > $OUT/new"
+try ordinary-write 'echo fine > made && mkdir dir && echo y > dir/f'
+echo "secret: $(ls -A secret | tr '\n' ' ')"
+echo "top: [$(cat secret/top 2>&1)]"
+echo "shown: $(cat secret/shown/s)"
+echo "env: [$(cat prod.env)] [$(cat nested/deep.env)]"
+echo "git: $(cat .git/config)"
+"#;
+
+#[tokio::test]
+async fn carve_outs_masks_and_deny_globs_hold_against_the_process() {
+    for user in User::all() {
+        let tree = Tree::new("profile-attacks", user);
+        let w = &tree.w;
+        std::fs::create_dir_all(w.join(".git")).unwrap();
+        std::fs::write(w.join(".git/config"), "[core]").unwrap();
+        std::fs::create_dir_all(w.join("secret/shown")).unwrap();
+        std::fs::write(w.join("secret/top"), "top secret").unwrap();
+        std::fs::write(w.join("secret/shown/s"), "shown").unwrap();
+        std::fs::create_dir_all(w.join("nested")).unwrap();
+        std::fs::write(w.join("prod.env"), "KEY=1").unwrap();
+        std::fs::write(w.join("nested/deep.env"), "KEY=2").unwrap();
+        user.own(&tree.base);
+        let before_out = full_snapshot(&tree.out);
+        let before_git = full_snapshot(&w.join(".git"));
+        let before_secret = full_snapshot(&w.join("secret"));
+        let mut server = user.ready(&[], &[]).await;
+        let entries = vec![
+            entry(special("minimal"), "read"),
+            entry(special("project_roots"), "write"),
+            entry(at(&w.join("secret")), "deny"),
+            entry(at(&w.join("secret/shown")), "read"),
+            entry(json!({"type": "glob_pattern", "pattern": "**/*.env"}), "deny"),
+        ];
+        let sandbox = context(entries, w, &[w]);
+        let script = format!("OUT={}; {ATTACKS}", tree.out());
+        let (output, code) = run(&mut server, start("a", &script, w, sandbox)).await;
+        let expected = [
+            "git-write denied",
+            "git-new denied",
+            "git-remove denied",
+            "git-rename denied",
+            "git-chmod denied",
+            "secret-write denied",
+            "secret-new denied",
+            "secret-remove denied",
+            "secret-rename denied",
+            "secret-unmount denied",
+            "shown-write denied",
+            "env-write denied",
+            "env-remove denied",
+            "env-link denied",
+            "outside-read denied",
+            "outside-write denied",
+            "ordinary-write ok",
+            "secret: shown ",
+            "top: [cat: secret/top: No such file or directory]",
+            "shown: shown",
+            "env: [] []",
+            "git: [core]",
+            "",
+        ];
+        assert_eq!((output.as_str(), code), (expected.join("\n").as_str(), 0), "as {user:?}");
+        assert_eq!(full_snapshot(&tree.out), before_out, "outside changed, as {user:?}");
+        assert_eq!(full_snapshot(&w.join(".git")), before_git, ".git changed, as {user:?}");
+        assert_eq!(full_snapshot(&w.join("secret")), before_secret, "secret changed, as {user:?}");
+        assert_eq!(std::fs::read_to_string(w.join("prod.env")).unwrap(), "KEY=1");
+        assert_eq!(std::fs::read_to_string(w.join("dir/f")).unwrap(), "y\n");
+    }
+}
+
+#[tokio::test]
+async fn minimal_and_project_roots_read_as_upstream_and_keep_arg0() {
+    let tree = Tree::new("profile-minimal", User::Current);
+    let workspace = &tree.w;
+    std::fs::write(workspace.join("allowed.txt"), "allowed").unwrap();
+    let mut server = User::Current.ready(&[], &[]).await;
+    let entries = vec![entry(special("minimal"), "read"), entry(special("project_roots"), "read")];
+    let sandbox = context(entries.clone(), workspace, &[workspace]);
+    // `/bin` and `/lib` are links into `/usr` on Debian: resolved once, then confined.
+    let script = format!("printf '%s\\n' \"$0\"; cat allowed.txt; cat {}/file 2>&1", tree.out());
+    let mut params = start("a", &script, workspace, sandbox.clone());
+    params["arg0"] = json!("custom-arg0");
+    let (output, code) = run(&mut server, params).await;
+    let denied = format!("cat: {}/file: Permission denied\n", tree.out());
+    assert_eq!((output, code), (format!("custom-arg0\nallowed{denied}"), 1));
+    // Nothing is readable when project_roots has no workspace roots: the
+    // start stands, and the process says why it could not run.
+    let empty = context(vec![entry(special("project_roots"), "read")], workspace, &[]);
+    let started =
+        server.result("process/start", start("b", "echo excluded", workspace, empty)).await;
+    assert_eq!(started, json!({"processId": "b", "sandboxType": "linuxSeccomp"}));
+    let (output, code) = run_started(&mut server, "b").await;
+    assert_eq!(
+        (output.as_str(), code),
+        ("exec-server: cannot run /bin/sh: Permission denied (os error 13)\n", 127)
+    );
+}
+
+/// The output and exit code of a process already started.
+async fn run_started(server: &mut crate::binary::Binary, id: &str) -> (String, i64) {
+    let mut output = Vec::new();
+    loop {
+        let message = server.next().await.expect("the server closed stdout");
+        if message["params"]["processId"] != id {
+            continue;
+        }
+        match message["method"].as_str() {
+            Some("process/output") => {
+                output.extend(crate::support::unb64(&message["params"]["chunk"]))
+            }
+            Some("process/exited") => {
+                let code = message["params"]["exitCode"].as_i64().unwrap();
+                return (String::from_utf8_lossy(&output).into_owned(), code);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_deny_that_could_be_created_is_refused_and_unknown_shapes_are_named() {
+    let tree = Tree::new("profile-refusals", User::Current);
+    let w = &tree.w;
+    let mut server = User::Current.ready(&[], &[]).await;
+    let missing = vec![entry(at(w), "write"), entry(at(&w.join("later")), "deny")];
+    let error =
+        server.error("process/start", start("a", "true", w, context(missing, w, &[]))).await;
+    assert_eq!(
+        error["message"],
+        format!(
+            "sandbox deny path {} does not exist inside writable {}, so it cannot be kept hidden (it could be created); mark it optional to skip it",
+            w.join("later").display(),
+            w.display()
+        )
+    );
+    let mut skip = entry(at(&w.join("later")), "deny");
+    skip["missing_path_behavior"] = json!("skip");
+    let skipped = vec![entry(special("minimal"), "read"), entry(at(w), "write"), skip];
+    let (output, code) =
+        run(&mut server, start("b", "echo ran", w, context(skipped, w, &[]))).await;
+    assert_eq!((output.as_str(), code), ("ran\n", 0));
+    let home = vec![entry(special("home"), "read")];
+    let error = server.error("process/start", start("c", "true", w, context(home, w, &[]))).await;
+    assert_eq!(error["code"], -32602);
+    assert_eq!(error["message"], "invalid params for process/start: sandbox.permissions.file_system.entries[0].path.value.kind \"home\" is unknown (expected root, minimal, project_roots, tmpdir, slash_tmp or unknown)");
+}
