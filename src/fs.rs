@@ -92,7 +92,13 @@ pub(crate) fn create_all(located: &Located<'_>) -> io::Result<()> {
     match sys::mkdirat(entry.dir.as_fd(), &entry.name, 0o777) {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             // Fine if it is a directory (possibly through a symlink beneath the root).
-            located.open(libc::O_PATH | libc::O_DIRECTORY).map(drop).map_err(|_| e)
+            // Under a sandbox, a directory it keeps from the call says so.
+            located.open(libc::O_PATH | libc::O_DIRECTORY).map(drop).map_err(|open| {
+                match open.kind() {
+                    io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => open,
+                    _ => e,
+                }
+            })
         }
         other => other,
     }

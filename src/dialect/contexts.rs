@@ -299,6 +299,13 @@ fn network(permissions: &Value, bad: Bad<'_>) -> Result<bool, ErrorObject> {
     })
 }
 
+/// The first path of `sandbox` that is not UTF-8 (the wire cannot carry it).
+pub(crate) fn non_utf8(sandbox: &Sandbox) -> Option<&Path> {
+    let roots = sandbox.writable_roots.iter().chain(&sandbox.readable_roots).flatten();
+    let entries = sandbox.access.iter().flatten().map(|e| &e.path);
+    roots.chain(entries).map(PathBuf::as_path).find(|path| path.to_str().is_none())
+}
+
 fn needs_cwd() -> ErrorObject {
     ErrorObject::invalid_request(
         "file system sandbox context with dynamic permissions requires cwd",

@@ -146,9 +146,12 @@ fn start_fields(object: &mut Map<String, Value>, dialect: &mut Dialect) -> Resul
         let cwd = object.get("cwd").and_then(Value::as_str).map(std::path::Path::new);
         match contexts::confinement("process/start", sandbox, cwd)? {
             Some(policy) => {
-                let policy = serde_json::to_value(policy).map_err(|e| {
+                let policy = serde_json::to_value(&policy).map_err(|e| {
+                    let named = contexts::non_utf8(&policy).map_or(e.to_string(), |path| {
+                        format!("root {} is not UTF-8", path.display())
+                    });
                     ErrorObject::invalid_params(format!(
-                        "invalid params for process/start: sandbox: {e}"
+                        "invalid params for process/start: sandbox {named}"
                     ))
                 })?;
                 object.insert("sandbox".into(), policy)

@@ -31,8 +31,15 @@ pub(crate) fn c_path(path: &Path) -> Result<CString, String> {
 /// put there since.
 pub(crate) fn open_nofollow(path: &Path) -> Result<OwnedFd, String> {
     let resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
-    crate::fs::sys::openat2_path(path, libc::O_PATH | libc::O_NOFOLLOW, resolve)
-        .map_err(|e| format!("cannot open {}: {e}", path.display()))
+    let named = |e: io::Error| format!("cannot open {}: {e}", path.display());
+    let fd = crate::fs::sys::openat2_path(path, libc::O_PATH | libc::O_NOFOLLOW, resolve)
+        .map_err(named)?;
+    // O_PATH | O_NOFOLLOW opens a final symlink itself: refused like one on the way.
+    let stat = crate::fs::sys::fstat(std::os::fd::AsFd::as_fd(&fd)).map_err(named)?;
+    if crate::fs::sys::file_type(&stat) == libc::S_IFLNK {
+        return Err(named(io::Error::from_raw_os_error(libc::ELOOP)));
+    }
+    Ok(fd)
 }
 
 /// The device and inode of `fd`.

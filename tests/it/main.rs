@@ -32,6 +32,7 @@ mod ssh;
 mod support;
 mod today_handles;
 mod today_info;
+mod today_profiles_fs;
 mod today_read;
 mod today_trees;
 mod traits;

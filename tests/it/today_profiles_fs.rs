@@ -1,0 +1,283 @@
+//! fs methods under today's `restricted` permission profiles (DIALECT-GAPS
+//! §1.2): what upstream's tests expect to succeed does, and every escape is
+//! refused with a code and phrase upstream's client accepts ("Permission
+//! denied" with -32600, "Read-only file system", or -32004), with the files
+//! outside unchanged.
+
+use std::os::unix::fs::{symlink, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use crate::support::{b64, scratch, snapshot, unb64, Harness};
+
+fn uri(path: &Path) -> String {
+    format!("file://{}", path.display())
+}
+
+/// A context whose entries are `(path, access)`.
+fn paths(entries: &[(&Path, &str)]) -> Value {
+    let entries: Vec<Value> = entries
+        .iter()
+        .map(
+            |(path, access)| json!({"path": {"type": "path", "path": uri(path)}, "access": access}),
+        )
+        .collect();
+    json!({"permissions": {"type": "managed", "network": "restricted",
+        "file_system": {"type": "restricted", "entries": entries}},
+        "windowsSandboxLevel": "disabled", "windowsSandboxPrivateDesktop": false, "useLegacyLandlock": false})
+}
+
+/// `allowed/` (read), `w/` (write), `outside/`, and links out of both.
+struct Layout {
+    dir: PathBuf,
+    allowed: PathBuf,
+    w: PathBuf,
+    outside: PathBuf,
+}
+
+fn layout(name: &str) -> Layout {
+    let dir = scratch(name);
+    let (allowed, w, outside) = (dir.join("allowed"), dir.join("w"), dir.join("outside"));
+    for d in [&allowed, &w, &outside, &allowed.join("sub")] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(allowed.join("file.txt"), "ok").unwrap();
+    std::fs::write(allowed.join("sub/inner.txt"), "inner").unwrap();
+    std::fs::write(outside.join("secret.txt"), "secret").unwrap();
+    std::fs::write(outside.join("hard.txt"), "old").unwrap();
+    symlink(outside.join("secret.txt"), allowed.join("link")).unwrap();
+    symlink(&outside, allowed.join("dir-link")).unwrap();
+    symlink(allowed.join("sub"), allowed.join("sub-link")).unwrap();
+    symlink(outside.join("secret.txt"), w.join("out-link")).unwrap();
+    symlink(&outside, w.join("dir-link")).unwrap();
+    std::fs::hard_link(outside.join("hard.txt"), w.join("hard")).unwrap();
+    Layout { dir, allowed, w, outside }
+}
+
+/// Asserts an error upstream's `assert_sandbox_denied` accepts, exactly.
+fn denied(error: &Value, code: i64, message: String) {
+    assert_eq!(
+        (error["code"].as_i64(), error["message"].as_str()),
+        (Some(code), Some(message.as_str()))
+    );
+}
+
+#[tokio::test]
+async fn a_read_root_reads_and_nothing_else() {
+    let l = layout("today-profile-read");
+    let before = snapshot(&l.dir);
+    let sandbox = paths(&[(&l.allowed, "read")]);
+    let mut h = Harness::ready().await;
+    let call = |path: &Path| json!({"path": uri(path), "sandbox": sandbox.clone()});
+    let read = h.result("fs/readFile", call(&l.allowed.join("file.txt"))).await;
+    assert_eq!(unb64(&read["dataBase64"]), b"ok");
+    let meta = h.result("fs/getMetadata", call(&l.allowed.join("file.txt"))).await;
+    assert_eq!(meta["isFile"], true);
+    let canonical = h.result("fs/canonicalize", call(&l.allowed.join("sub-link/inner.txt"))).await;
+    assert_eq!(canonical["path"], uri(&l.allowed.join("sub/inner.txt")));
+    let open = json!({"handleId": "h", "path": uri(&l.allowed.join("file.txt")), "sandbox": sandbox.clone()});
+    h.result("fs/open", open).await;
+    let block = h.result("fs/readBlock", json!({"handleId": "h", "offset": 0, "len": 10})).await;
+    assert_eq!((unb64(&block["chunk"]), &block["eof"]), (b"ok".to_vec(), &json!(true)));
+    let walked =
+        h.result("fs/walk", json!({"path": uri(&l.allowed), "sandbox": sandbox.clone()})).await;
+    assert!(walked["entries"].as_array().is_some_and(|e| !e.is_empty()), "{walked}");
+
+    let link = l.allowed.join("link");
+    let error = h.error("fs/readFile", call(&link)).await;
+    denied(
+        &error,
+        -32600,
+        format!(
+            "cannot read {}: Permission denied: the sandbox keeps this call from it",
+            link.display()
+        ),
+    );
+    let through = l.allowed.join("dir-link");
+    let error = h.error("fs/readDirectory", call(&through)).await;
+    assert_eq!(error["code"], -32600, "{error}");
+    assert!(error["message"].as_str().unwrap().contains("Permission denied"), "{error}");
+    let secret = l.outside.join("secret.txt");
+    let error = h.error("fs/readFile", call(&secret)).await;
+    denied(
+        &error,
+        -32600,
+        format!(
+            "cannot read {}: Permission denied: the sandbox keeps this call from it",
+            secret.display()
+        ),
+    );
+    // The loop's cached answer to getMetadata is not taken under a sandbox.
+    let error = h.error("fs/getMetadata", call(&secret)).await;
+    assert_eq!(error["code"], -32600, "{error}");
+    let missing = l.allowed.join("missing");
+    let error = h.error("fs/readFile", call(&missing)).await;
+    assert_eq!(error["code"], -32004, "{error}");
+    let new = l.allowed.join("new");
+    let write = json!({"path": uri(&new), "dataBase64": b64(b"x"), "sandbox": sandbox.clone()});
+    let error = h.error("fs/writeFile", write).await;
+    denied(
+        &error,
+        -32603,
+        format!(
+            "cannot write {}: Read-only file system: the sandbox lets this call only read it",
+            new.display()
+        ),
+    );
+    assert_eq!(snapshot(&l.dir), before, "nothing changed");
+}
+
+#[tokio::test]
+async fn a_write_root_writes_and_its_links_lead_nowhere() {
+    let l = layout("today-profile-write");
+    let before_outside = snapshot(&l.outside);
+    let sandbox = paths(&[(&l.w, "write")]);
+    let mut h = Harness::ready().await;
+    let with = |mut params: Value| {
+        params["sandbox"] = sandbox.clone();
+        params
+    };
+    let f = l.w.join("f");
+    h.result("fs/writeFile", with(json!({"path": uri(&f), "dataBase64": b64(b"x")}))).await;
+    let nested = l.w.join("a/b");
+    h.result("fs/createDirectory", with(json!({"path": uri(&nested), "recursive": true}))).await;
+    h.result("fs/remove", with(json!({"path": uri(&f)}))).await;
+    // A link pointing outside is removed itself, and copied as a link.
+    let copy = json!({"sourcePath": uri(&l.w.join("out-link")), "destinationPath": uri(&l.w.join("copied-link"))});
+    h.result("fs/copy", with(copy)).await;
+    assert_eq!(std::fs::read_link(l.w.join("copied-link")).unwrap(), l.outside.join("secret.txt"));
+    h.result("fs/remove", with(json!({"path": uri(&l.w.join("out-link"))}))).await;
+    assert!(!l.w.join("out-link").exists());
+    // A hard link keeps its inode: both names read the new bytes.
+    let ino = std::fs::metadata(l.w.join("hard")).unwrap().ino();
+    h.result(
+        "fs/writeFile",
+        with(json!({"path": uri(&l.w.join("hard")), "dataBase64": b64(b"new")})),
+    )
+    .await;
+    assert_eq!(std::fs::read_to_string(l.outside.join("hard.txt")).unwrap(), "new");
+    assert_eq!(std::fs::metadata(l.w.join("hard")).unwrap().ino(), ino);
+    std::fs::write(l.outside.join("hard.txt"), "old").unwrap();
+
+    let through = l.w.join("copied-link");
+    let error = h
+        .error("fs/writeFile", with(json!({"path": uri(&through), "dataBase64": b64(b"x")})))
+        .await;
+    denied(
+        &error,
+        -32600,
+        format!(
+            "cannot write {}: Permission denied: the sandbox keeps this call from it",
+            through.display()
+        ),
+    );
+    let inside_link = l.w.join("dir-link/made");
+    let error = h
+        .error("fs/createDirectory", with(json!({"path": uri(&inside_link), "recursive": true})))
+        .await;
+    assert_eq!(error["code"], -32600, "{error}");
+    let copy_out = json!({"sourcePath": uri(&nested), "destinationPath": uri(&l.w.join("dir-link/copy")), "recursive": true});
+    let error = h.error("fs/copy", with(copy_out)).await;
+    assert_eq!(error["code"], -32600, "{error}");
+    let outside_new = l.outside.join("new");
+    let error = h
+        .error("fs/writeFile", with(json!({"path": uri(&outside_new), "dataBase64": b64(b"x")})))
+        .await;
+    assert_eq!(error["code"], -32600, "{error}");
+    let mut after = snapshot(&l.outside);
+    after.retain(|path, _| path != &l.outside.join("hard.txt"));
+    let mut expected = before_outside;
+    expected.retain(|path, _| path != &l.outside.join("hard.txt"));
+    assert_eq!(after, expected, "nothing outside changed");
+}
+
+#[tokio::test]
+async fn project_roots_come_from_workspace_roots_only() {
+    let dir = scratch("today-profile-project");
+    std::fs::create_dir_all(dir.join("workspace")).unwrap();
+    std::fs::write(dir.join("workspace/x"), "inside").unwrap();
+    std::fs::write(dir.join("y"), "beside").unwrap();
+    let mut h = Harness::ready().await;
+    let project =
+        json!({"path": {"type": "special", "value": {"kind": "project_roots"}}, "access": "read"});
+    let context = |workspace: Option<&Path>, cwd: bool| {
+        let mut c = json!({"permissions": {"type": "managed", "network": "restricted",
+            "file_system": {"type": "restricted", "entries": [project.clone()]}}});
+        if cwd {
+            c["cwd"] = json!(uri(&dir));
+        }
+        if let Some(w) = workspace {
+            c["workspaceRoots"] = json!([uri(w)]);
+        }
+        c
+    };
+    let read = |path: PathBuf, sandbox: Value| json!({"path": uri(&path), "sandbox": sandbox});
+    let inside = read(dir.join("workspace/x"), context(Some(&dir.join("workspace")), true));
+    assert_eq!(unb64(&h.result("fs/readFile", inside).await["dataBase64"]), b"inside");
+    let beside = read(dir.join("y"), context(Some(&dir.join("workspace")), true));
+    assert_eq!(h.error("fs/readFile", beside).await["code"], -32600);
+    let no_roots = read(dir.join("workspace/x"), context(None, true));
+    assert_eq!(h.error("fs/readFile", no_roots).await["code"], -32600);
+    let no_cwd = read(dir.join("workspace/x"), context(Some(&dir.join("workspace")), false));
+    let error = h.error("fs/readFile", no_cwd).await;
+    denied(
+        &error,
+        -32600,
+        "file system sandbox context with dynamic permissions requires cwd".into(),
+    );
+}
+
+#[tokio::test]
+async fn denied_paths_and_carve_outs_hold_for_fs_calls() {
+    let l = layout("today-profile-deny");
+    std::fs::create_dir_all(l.allowed.join("private")).unwrap();
+    std::fs::write(l.allowed.join("private/p"), "private").unwrap();
+    std::fs::create_dir_all(l.w.join(".git")).unwrap();
+    std::fs::write(l.w.join(".git/config"), "[core]").unwrap();
+    let before = snapshot(&l.dir);
+    let sandbox =
+        paths(&[(&l.allowed, "read"), (&l.allowed.join("private"), "deny"), (&l.w, "write")]);
+    let mut h = Harness::ready().await;
+    let with = |mut params: Value| {
+        params["sandbox"] = sandbox.clone();
+        params
+    };
+    let private = l.allowed.join("private/p");
+    let error = h.error("fs/readFile", with(json!({"path": uri(&private)}))).await;
+    denied(
+        &error,
+        -32600,
+        format!(
+            "cannot read {}: Permission denied: the sandbox keeps this call from it",
+            private.display()
+        ),
+    );
+    let copy = json!({"sourcePath": uri(&l.allowed), "destinationPath": uri(&l.w.join("copy")), "recursive": true});
+    let error = h.error("fs/copy", with(copy)).await;
+    denied(
+        &error,
+        -32600,
+        format!(
+        "cannot copy {}: Permission denied: it holds {}, which the sandbox keeps from this call",
+        l.allowed.display(),
+        l.allowed.join("private").display()
+    ),
+    );
+    let config = l.w.join(".git/config");
+    let write = json!({"path": uri(&config), "dataBase64": b64(b"x")});
+    let error = h.error("fs/writeFile", with(write)).await;
+    denied(
+        &error,
+        -32603,
+        format!(
+            "cannot write {}: Read-only file system: the sandbox lets this call only read it",
+            config.display()
+        ),
+    );
+    let error = h.error("fs/remove", with(json!({"path": uri(&l.w), "recursive": true}))).await;
+    assert_eq!(error["code"], -32600, "{error}");
+    let read = h.result("fs/readFile", with(json!({"path": uri(&config)}))).await;
+    assert_eq!(unb64(&read["dataBase64"]), b"[core]");
+    assert_eq!(snapshot(&l.dir), before, "nothing changed");
+}
