@@ -13,7 +13,6 @@
 
 mod access;
 mod confine;
-mod glob;
 mod init;
 mod landlock;
 mod policy;
@@ -24,7 +23,7 @@ mod sys;
 mod trampoline;
 mod view;
 
-pub(crate) use self::access::resolve_map;
+pub(crate) use self::access::{resolve_map, Globs};
 pub(crate) use self::policy::{check_request, resolve, Policy, Settings};
 pub(crate) use self::report::Failure;
 
@@ -38,6 +37,8 @@ use std::sync::Mutex;
 /// The environment variable that names mechanisms to treat as missing
 /// (comma-separated: `landlock`, `seccomp`, `userns`); for tests of the refusal.
 pub(crate) const UNAVAILABLE_ENV: &str = "EXEC_SERVER_SANDBOX_UNAVAILABLE";
+/// The largest policy the trampoline takes (one argument: the kernel allows 128 KiB).
+const MAX_SPEC: usize = 120 * 1024;
 /// The helper run when the server is not told another: this very binary.
 const SELF_EXE: &str = "/proc/self/exe";
 
@@ -79,6 +80,15 @@ pub(crate) fn prepare(
         unavailable,
     };
     let spec = serde_json::to_vec(&spec).map_err(io::Error::other)?;
+    if spec.len() > MAX_SPEC {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "its sandbox policy takes {} bytes, more than the {MAX_SPEC} one argument may hold; name fewer paths",
+                spec.len()
+            ),
+        ));
+    }
     let helper = helper.unwrap_or(Path::new(SELF_EXE)).to_path_buf();
     let mut full = Vec::with_capacity(argv.len() + 3);
     full.push(CString::new(helper.as_os_str().as_bytes()).map_err(|_| nul())?);

@@ -100,7 +100,8 @@ impl<'a> Located<'a> {
         if let Some(name) = name {
             real.push(OsStr::from_bytes(name.to_bytes()));
         }
-        match guard.map.narrower_beneath(&real, self.need) {
+        let narrower = guard.map.narrower_beneath(&real, self.need);
+        match narrower.map_err(|e| io::Error::other(e.message))? {
             None => Ok(()),
             Some(inner) => Err(io::Error::new(
                 io::ErrorKind::PermissionDenied,

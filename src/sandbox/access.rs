@@ -7,13 +7,25 @@
 
 use std::path::{Path, PathBuf};
 
-use super::glob;
 use super::policy::Policy;
-use crate::fs::{AccessMap, Roots};
+use crate::fs::{AccessMap, Pattern, Roots};
 use crate::protocol::{Access, ErrorObject, Sandbox};
 
+/// How deny globs are resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Globs {
+    /// Scanned now, each match a deny entry (a process's masks).
+    Scan,
+    /// Kept in the map and matched against each path checked (fs calls).
+    Match,
+}
+
 /// The access map `sandbox` (which has an `access` list) describes now.
-pub(crate) fn resolve_map(sandbox: &Sandbox, roots: &Roots) -> Result<AccessMap, ErrorObject> {
+pub(crate) fn resolve_map(
+    sandbox: &Sandbox,
+    roots: &Roots,
+    globs: Globs,
+) -> Result<AccessMap, ErrorObject> {
     let mut entries = Vec::new();
     let mut missing = Vec::new();
     for entry in sandbox.access.iter().flatten() {
@@ -28,8 +40,14 @@ pub(crate) fn resolve_map(sandbox: &Sandbox, roots: &Roots) -> Result<AccessMap,
             None => {}
         }
     }
-    for pattern in sandbox.deny_globs.iter().flatten() {
-        for found in glob::scan(pattern, sandbox.glob_scan_max_depth)? {
+    let mut patterns = Vec::new();
+    for text in sandbox.deny_globs.iter().flatten() {
+        let pattern = Pattern::new(text, sandbox.glob_scan_max_depth)?;
+        if globs == Globs::Match {
+            patterns.push(pattern);
+            continue;
+        }
+        for found in pattern.scan(Path::new("/"))? {
             if let Some(path) = canonical(&found)? {
                 entries.push((path, Access::Deny));
             }
@@ -38,7 +56,7 @@ pub(crate) fn resolve_map(sandbox: &Sandbox, roots: &Roots) -> Result<AccessMap,
     let names = sandbox.keep_read_only.as_deref().unwrap_or_default();
     let kept = kept_read_only(&entries, names);
     entries.extend(kept);
-    let map = AccessMap::new(entries);
+    let map = AccessMap::new(entries).with_globs(patterns);
     for path in missing {
         let (existing, rest) = nearest_existing(path);
         let at = existing.join(rest);
@@ -204,7 +222,7 @@ mod tests {
             entry(dir.join("w/.codex"), Access::Write, false),
         ]);
         sandbox.keep_read_only = Some(vec![".git".into(), ".codex".into(), ".agents".into()]);
-        let map = resolve_map(&sandbox, &Roots::empty()).unwrap();
+        let map = resolve_map(&sandbox, &Roots::empty(), Globs::Scan).unwrap();
         let canonical = std::fs::canonicalize(&dir).unwrap();
         assert_eq!(
             map.entries(),
@@ -215,10 +233,10 @@ mod tests {
             ]
         );
         sandbox.access.as_mut().unwrap().push(entry(dir.join("w/new"), Access::Deny, false));
-        let error = resolve_map(&sandbox, &Roots::empty()).unwrap_err();
+        let error = resolve_map(&sandbox, &Roots::empty(), Globs::Scan).unwrap_err();
         assert!(error.message.contains("does not exist inside writable"), "{}", error.message);
         sandbox.access.as_mut().unwrap().last_mut().unwrap().optional = true;
-        assert!(resolve_map(&sandbox, &Roots::empty()).is_ok());
+        assert!(resolve_map(&sandbox, &Roots::empty(), Globs::Scan).is_ok());
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -10,6 +10,9 @@ use serde::{Deserialize, Serialize};
 use crate::fs::Roots;
 use crate::protocol::{ErrorObject, Sandbox, SandboxMode};
 
+/// The most paths an access list may shape the mount view with.
+pub(crate) const MAX_VIEW_MOUNTS: usize = 1024;
+
 /// A resolved policy: canonical directories that exist.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Policy {
@@ -141,8 +144,14 @@ pub(crate) fn resolve(
     };
     let Some(asked) = restricted else { return Ok(default) };
     if asked.access.is_some() {
-        let map = super::access::resolve_map(asked, roots)?;
+        let map = super::access::resolve_map(asked, roots, super::access::Globs::Scan)?;
         let policy = super::access::policy_of(&map, asked.network.unwrap_or(false));
+        let mounts = policy.writable.len() + policy.read_only.len() + policy.masked.len();
+        if mounts > MAX_VIEW_MOUNTS {
+            return Err(ErrorObject::invalid_request(format!(
+                "sandbox access list needs {mounts} mounts (writable, read-only and denied paths, deny glob matches included); at most {MAX_VIEW_MOUNTS}"
+            )));
+        }
         return narrowed(policy, default);
     }
     let writable = asked

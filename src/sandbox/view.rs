@@ -103,6 +103,8 @@ pub(crate) fn build(roots: &Roots, cwd: &Path) -> Result<(), String> {
         };
         check(rc, "cannot make the filesystem read-only")?;
     }
+    // One tmpfs holds the empty file every masked file is bound to.
+    let mut empty_files = None;
     for (index, (layer, copy)) in layers.iter().zip(copies).enumerate() {
         let path = &layer.opened.path;
         let target = sys::open_nofollow(path)?;
@@ -115,7 +117,7 @@ pub(crate) fn build(roots: &Roots, cwd: &Path) -> Result<(), String> {
         }
         let source = match copy {
             Some(copy) => copy,
-            None => mask(layer, &layers[index + 1..])?,
+            None => mask(layer, &layers[index + 1..], &mut empty_files)?,
         };
         move_onto(&source, &target, path)?;
     }
@@ -135,60 +137,78 @@ pub(crate) fn build(roots: &Roots, cwd: &Path) -> Result<(), String> {
 }
 
 /// The mount that hides `layer`'s path: an empty read-only file over a
-/// file; over a directory an empty read-only tmpfs holding a mount point for
-/// each later layer whose nearest layer above is this one.
-fn mask(layer: &Layer<'_>, later: &[Layer<'_>]) -> Result<OwnedFd, String> {
+/// file (bound from the one tmpfs `empty_files`, made at the first); over a
+/// directory an empty read-only tmpfs holding a mount point for each later
+/// layer whose nearest layer above is this one.
+fn mask(
+    layer: &Layer<'_>,
+    later: &[Layer<'_>],
+    empty_files: &mut Option<OwnedFd>,
+) -> Result<OwnedFd, String> {
     let path = &layer.opened.path;
-    let tmpfs = new_tmpfs(path)?;
-    let is_dir = sys::identity(&layer.opened.dir).is_ok()
-        && crate::fs::sys::fstat(std::os::fd::AsFd::as_fd(&layer.opened.dir))
-            .map(|stat| crate::fs::sys::file_type(&stat) == libc::S_IFDIR)
-            .map_err(|e| format!("cannot stat {}: {e}", path.display()))?;
-    let source = if is_dir {
-        let shown = later.iter().filter(|inner| {
-            inner.above == Some(Kind::Masked)
-                && inner.opened.path.starts_with(path)
-                && !later.iter().any(|between| {
-                    between.opened.path != inner.opened.path
-                        && inner.opened.path.starts_with(&between.opened.path)
-                        && between.opened.path.starts_with(path)
-                })
-        });
-        for inner in shown {
-            let rel = inner.opened.path.strip_prefix(path).unwrap_or(&inner.opened.path);
-            mount_point(&tmpfs, rel, &inner.opened.dir)?;
-        }
-        tmpfs
-    } else {
-        let name = c"empty";
-        // SAFETY: a valid directory descriptor and a NUL-terminated name.
-        let fd = unsafe {
-            libc::openat(
-                tmpfs.as_raw_fd(),
-                name.as_ptr(),
-                libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
-                0o444,
-            )
+    let attr = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+    if !is_dir(&layer.opened.dir, path)? {
+        let files = match empty_files {
+            Some(files) => files,
+            None => {
+                let files = new_tmpfs(path)?;
+                make_file(&files, c"empty", path)?;
+                set_attr(&files, attr, false, path)?;
+                empty_files.insert(files)
+            }
         };
-        check(fd.into(), &format!("cannot make the file that masks {}", path.display()))?;
-        // SAFETY: closing the descriptor just made.
-        unsafe { libc::close(fd) };
         // SAFETY: a valid descriptor and a NUL-terminated name.
         let bound = unsafe {
             libc::syscall(
                 libc::SYS_open_tree,
-                tmpfs.as_raw_fd(),
-                name.as_ptr(),
+                files.as_raw_fd(),
+                c"empty".as_ptr(),
                 OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
             )
         };
         let bound = check(bound, &format!("cannot bind the file that masks {}", path.display()))?;
         // SAFETY: a new descriptor owned by nobody else.
-        unsafe { OwnedFd::from_raw_fd(bound as RawFd) }
+        return Ok(unsafe { OwnedFd::from_raw_fd(bound as RawFd) });
+    }
+    let tmpfs = new_tmpfs(path)?;
+    let shown = later.iter().filter(|inner| {
+        inner.above == Some(Kind::Masked)
+            && inner.opened.path.starts_with(path)
+            && !later.iter().any(|between| {
+                between.opened.path != inner.opened.path
+                    && inner.opened.path.starts_with(&between.opened.path)
+                    && between.opened.path.starts_with(path)
+            })
+    });
+    for inner in shown {
+        let rel = inner.opened.path.strip_prefix(path).unwrap_or(&inner.opened.path);
+        mount_point(&tmpfs, rel, &inner.opened.dir)?;
+    }
+    set_attr(&tmpfs, attr, false, path)?;
+    Ok(tmpfs)
+}
+
+fn is_dir(fd: &OwnedFd, path: &Path) -> Result<bool, String> {
+    crate::fs::sys::fstat(std::os::fd::AsFd::as_fd(fd))
+        .map(|stat| crate::fs::sys::file_type(&stat) == libc::S_IFDIR)
+        .map_err(|e| format!("cannot stat {}: {e}", path.display()))
+}
+
+/// An empty file `name` in the directory `dir`, read-only.
+fn make_file(dir: &OwnedFd, name: &std::ffi::CStr, path: &Path) -> Result<(), String> {
+    // SAFETY: a valid directory descriptor and a NUL-terminated name.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+            0o444,
+        )
     };
-    let attr = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
-    set_attr(&source, attr, false, path)?;
-    Ok(source)
+    check(fd.into(), &format!("cannot make the file that masks {}", path.display()))?;
+    // SAFETY: closing the descriptor just made.
+    unsafe { libc::close(fd) };
+    Ok(())
 }
 
 /// A new, detached tmpfs, writable until its attributes are set.
@@ -235,9 +255,7 @@ fn new_tmpfs(path: &Path) -> Result<OwnedFd, String> {
 /// Makes `rel` inside the tmpfs `dir` (its parents as directories), a
 /// directory or an empty file as `like` is.
 fn mount_point(dir: &OwnedFd, rel: &Path, like: &OwnedFd) -> Result<(), String> {
-    let is_dir = crate::fs::sys::fstat(std::os::fd::AsFd::as_fd(like))
-        .map(|stat| crate::fs::sys::file_type(&stat) == libc::S_IFDIR)
-        .map_err(|e| format!("cannot stat {}: {e}", rel.display()))?;
+    let is_dir = is_dir(like, rel)?;
     let mut at = std::path::PathBuf::new();
     let count = rel.components().count();
     for (index, part) in rel.components().enumerate() {

@@ -330,7 +330,8 @@ fn ok<M: Method>(
 /// server's roots).
 fn confined_roots(roots: &Roots, confine: &FsConfine) -> Result<Roots, ErrorObject> {
     if confine.sandbox.access.is_some() {
-        let map = crate::sandbox::resolve_map(&confine.sandbox, roots)?;
+        let map =
+            crate::sandbox::resolve_map(&confine.sandbox, roots, crate::sandbox::Globs::Match)?;
         let need = if confine.writes { fs::Need::Write } else { fs::Need::Read };
         return roots.guarded(Arc::new(map), need).map_err(|e| {
             ErrorObject::internal(format!("cannot confine the call to its sandbox: {e}"))

@@ -281,3 +281,51 @@ async fn denied_paths_and_carve_outs_hold_for_fs_calls() {
     assert_eq!(unb64(&read["dataBase64"]), b"[core]");
     assert_eq!(snapshot(&l.dir), before, "nothing changed");
 }
+
+#[tokio::test]
+async fn deny_globs_are_matched_on_every_path_an_fs_call_opens() {
+    let l = layout("today-profile-globs");
+    std::fs::create_dir_all(l.w.join("src/deep")).unwrap();
+    std::fs::write(l.w.join("src/deep/prod.env"), "KEY=1").unwrap();
+    std::fs::write(l.w.join("src/main.rs"), "fn main() {}").unwrap();
+    symlink(l.w.join("src/deep/prod.env"), l.w.join("innocent")).unwrap();
+    let mut sandbox = paths(&[(&l.w, "write")]);
+    let glob = json!({"path": {"type": "glob_pattern", "pattern": "**/*.env"}, "access": "deny"});
+    sandbox["permissions"]["file_system"]["entries"].as_array_mut().unwrap().push(glob);
+    sandbox["cwd"] = json!(uri(&l.w));
+    let mut h = Harness::ready().await;
+    let with = |mut params: Value| {
+        params["sandbox"] = sandbox.clone();
+        params
+    };
+    let main = h.result("fs/readFile", with(json!({"path": uri(&l.w.join("src/main.rs"))}))).await;
+    assert_eq!(unb64(&main["dataBase64"]), b"fn main() {}");
+    for path in [l.w.join("src/deep/prod.env"), l.w.join("innocent")] {
+        let error = h.error("fs/readFile", with(json!({"path": uri(&path)}))).await;
+        denied(
+            &error,
+            -32600,
+            format!(
+                "cannot read {}: Permission denied: the sandbox keeps this call from it",
+                path.display()
+            ),
+        );
+    }
+    let new = l.w.join("src/new.env");
+    let error =
+        h.error("fs/writeFile", with(json!({"path": uri(&new), "dataBase64": b64(b"x")}))).await;
+    assert_eq!(error["code"], -32600, "{error}");
+    assert!(!new.exists());
+    let copy = json!({"sourcePath": uri(&l.w.join("src")), "destinationPath": uri(&l.w.join("copy")), "recursive": true});
+    let error = h.error("fs/copy", with(copy)).await;
+    denied(
+        &error,
+        -32600,
+        format!(
+        "cannot copy {}: Permission denied: it holds {}, which the sandbox keeps from this call",
+        l.w.join("src").display(),
+        l.w.join("src/deep/prod.env").display()
+    ),
+    );
+    assert_eq!(std::fs::read_to_string(l.w.join("src/deep/prod.env")).unwrap(), "KEY=1");
+}
