@@ -211,3 +211,40 @@ async fn a_deny_that_could_be_created_is_refused_and_unknown_shapes_are_named() 
     assert_eq!(error["code"], -32602);
     assert_eq!(error["message"], "invalid params for process/start: sandbox.permissions.file_system.entries[0].path.value.kind \"home\" is unknown (expected root, minimal, project_roots, tmpdir, slash_tmp or unknown)");
 }
+
+#[tokio::test]
+async fn an_access_list_is_part_b_for_every_client() {
+    let tree = Tree::new("profile-part-b", User::Current);
+    let w = &tree.w;
+    std::fs::write(w.join("hidden"), "hidden").unwrap();
+    let mut server = User::Current.ready(&[], &[]).await;
+    let access = json!({"mode": "restricted", "access": [
+        {"path": "/usr", "access": "read"}, {"path": "/bin", "access": "read"},
+        {"path": "/lib", "access": "read"}, {"path": "/lib64", "access": "read"},
+        {"path": tree.w(), "access": "write"},
+        {"path": w.join("hidden"), "access": "deny"},
+    ]});
+    let params = crate::sandbox::sandboxed(
+        "v0",
+        &["/bin/sh", "-c", "echo made > made; echo \"[$(cat hidden)]\""],
+        tree.w(),
+        json!({}),
+        access,
+    );
+    let (output, code) = run(&mut server, params).await;
+    assert_eq!((output.as_str(), code), ("[]\n", 0));
+    assert_eq!(std::fs::read_to_string(w.join("made")).unwrap(), "made\n");
+    assert_eq!(std::fs::read_to_string(w.join("hidden")).unwrap(), "hidden");
+    let cases = [
+        (json!({"mode": "restricted", "writableRoots": [], "access": []}), "sandbox access replaces writableRoots and readableRoots; give one or the other"),
+        (json!({"mode": "restricted", "access": [{"path": "rel", "access": "read"}]}), "sandbox access path rel must be an absolute path"),
+        (json!({"mode": "restricted", "writableRoots": [], "denyGlobs": ["/x/*"]}), "sandbox denyGlobs is only valid with an access list"),
+        (json!({"mode": "none", "access": []}), "sandbox access is only valid with mode `restricted`"),
+        (json!({"mode": "restricted", "access": [], "denyGlobs": ["*.env"]}), "sandbox deny glob \"*.env\" must be an absolute pattern"),
+    ];
+    for (sandbox, message) in cases {
+        let params = crate::sandbox::sandboxed("bad", &["true"], tree.w(), json!({}), sandbox);
+        let error = server.error("process/start", params).await;
+        assert_eq!(error, json!({"code": -32602, "message": message}));
+    }
+}
