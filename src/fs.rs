@@ -80,6 +80,11 @@ pub(crate) fn create_directory(roots: &Roots, params: CreateDirectoryParams) -> 
 
 /// Creates the directory and its missing parents, each with `mkdirat` in its verified parent.
 pub(crate) fn create_all(located: &Located<'_>) -> io::Result<()> {
+    // A directory already there is fine, even one a sandbox keeps from the
+    // call: nothing is made in it (what is made beneath it is checked).
+    if located.is_directory() {
+        return Ok(());
+    }
     let entry = match located.entry_io() {
         Ok(Some(entry)) => entry,
         Ok(None) => return Ok(()),
@@ -94,13 +99,7 @@ pub(crate) fn create_all(located: &Located<'_>) -> io::Result<()> {
     match sys::mkdirat(entry.dir.as_fd(), &entry.name, 0o777) {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             // Fine if it is a directory (possibly through a symlink beneath the root).
-            // Under a sandbox, a directory it keeps from the call says so.
-            located.open(libc::O_PATH | libc::O_DIRECTORY).map(drop).map_err(|open| {
-                match open.kind() {
-                    io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => open,
-                    _ => e,
-                }
-            })
+            located.open(libc::O_PATH | libc::O_DIRECTORY).map(drop).map_err(|_| e)
         }
         other => other,
     }
@@ -236,6 +235,11 @@ pub(crate) fn rename(roots: &Roots, params: RenameParams) -> FsResult<Empty> {
         if sys::same_file(x, &y) || link_onto_target {
             return Err(error::same_file(op, from, to));
         }
+    }
+    if source_stat.as_ref().is_ok_and(|stat| sys::file_type(stat) == libc::S_IFDIR) {
+        // Under an access list a tree holding what the call may not change
+        // stays where its entries name it.
+        source.check_tree(a.dir.as_fd(), Some(&a.name)).map_err(io_error(op, from))?;
     }
     if let Err(e) = sys::renameat(a.dir.as_fd(), &a.name, b.dir.as_fd(), &b.name) {
         let blamed = if source_stat.is_ok() { to } else { from };

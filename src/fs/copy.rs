@@ -43,7 +43,8 @@ pub(crate) fn copy(roots: &Roots, params: CopyParams, rules: &FsRules) -> FsResu
             let dir = sys::openat(handle.as_fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)
                 .map_err(io_error(op, from))?;
             let skip_special = rules.skip_special_in_copies;
-            walk::copy_tree(dir, entry.dir.as_fd(), &entry.name, to, skip_special)?;
+            let allowed = destination.check_beneath(&entry).map_err(io_error(op, to))?;
+            walk::copy_tree(dir, entry.dir.as_fd(), &entry.name, to, skip_special, &allowed)?;
         }
         libc::S_IFLNK => {
             let target = sys::readlinkat(handle.as_fd(), c"").map_err(io_error(op, from))?;

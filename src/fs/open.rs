@@ -64,6 +64,15 @@ impl<'a> Located<'a> {
         Ok(fd)
     }
 
+    /// Whether the path is a directory now (no access list consulted: it
+    /// says only that, as `stat` would).
+    pub(crate) fn is_directory(&self) -> bool {
+        let rel = if self.rel.as_os_str().is_empty() { Path::new(".") } else { &self.rel };
+        let flags = libc::O_PATH | libc::O_DIRECTORY;
+        sys::c_path(rel)
+            .is_ok_and(|rel| sys::openat2(self.dir.as_fd(), &rel, flags, 0, self.resolve).is_ok())
+    }
+
     /// Under an access list: `fd` must be something the call may use as it
     /// needs, judged by its real path (so no link on the way fools it).
     fn check_fd(&self, fd: &OwnedFd) -> io::Result<()> {
@@ -90,6 +99,22 @@ impl<'a> Located<'a> {
             io::ErrorKind::PermissionDenied,
             "Permission denied: the sandbox keeps this call from it",
         ))
+    }
+
+    /// Under an access list: the check of each path a tree copy creates
+    /// beneath `entry` (given relative to it), by the real place it lands.
+    pub(crate) fn check_beneath(
+        &self,
+        entry: &Entry,
+    ) -> io::Result<impl Fn(&Path) -> io::Result<()> + '_> {
+        let base = match self.roots.guard {
+            Some(_) => Some(real_path(&entry.dir)?.join(OsStr::from_bytes(entry.name.to_bytes()))),
+            None => None,
+        };
+        Ok(move |rel: &Path| match &base {
+            Some(base) => self.check(&base.join(rel)),
+            None => Ok(()),
+        })
     }
 
     /// Under an access list: refuses a tree (the directory `fd`) that holds a

@@ -165,6 +165,7 @@ pub(crate) fn copy_tree(
     name: &CStr,
     destination: &Path,
     skip_special: bool,
+    allowed: &dyn Fn(&Path) -> io::Result<()>,
 ) -> Result<(), ErrorObject> {
     struct Level {
         source: DirStream,
@@ -187,6 +188,7 @@ pub(crate) fn copy_tree(
         };
         let (name, d_type) = next.map_err(io_error(op, &destination.join(&rel)))?;
         let here = child(destination, &rel, &name);
+        allowed(&rel.join(OsStr::from_bytes(name.to_bytes()))).map_err(io_error(op, &here))?;
         let (from, to) = (top.source.fd(), top.target.as_fd());
         if is_dir(from, &name, d_type).map_err(io_error(op, &here))? {
             let fd = sys::openat(from, &name, SUBDIR, 0).map_err(io_error(op, &here))?;

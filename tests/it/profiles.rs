@@ -236,11 +236,26 @@ async fn an_access_list_is_part_b_for_every_client() {
     assert_eq!(std::fs::read_to_string(w.join("made")).unwrap(), "made\n");
     assert_eq!(std::fs::read_to_string(w.join("hidden")).unwrap(), "hidden");
     let cases = [
-        (json!({"mode": "restricted", "writableRoots": [], "access": []}), "sandbox access replaces writableRoots and readableRoots; give one or the other"),
-        (json!({"mode": "restricted", "access": [{"path": "rel", "access": "read"}]}), "sandbox access path rel must be an absolute path"),
-        (json!({"mode": "restricted", "writableRoots": [], "denyGlobs": ["/x/*"]}), "sandbox denyGlobs is only valid with an access list"),
-        (json!({"mode": "none", "access": []}), "sandbox access is only valid with mode `restricted`"),
-        (json!({"mode": "restricted", "access": [], "denyGlobs": ["*.env"]}), "sandbox deny glob \"*.env\" must be an absolute pattern"),
+        (
+            json!({"mode": "restricted", "writableRoots": [], "access": []}),
+            "sandbox access replaces writableRoots and readableRoots; give one or the other",
+        ),
+        (
+            json!({"mode": "restricted", "access": [{"path": "rel", "access": "read"}]}),
+            "sandbox access path rel must be an absolute path",
+        ),
+        (
+            json!({"mode": "restricted", "writableRoots": [], "denyGlobs": ["/x/*"]}),
+            "sandbox denyGlobs is only valid with an access list",
+        ),
+        (
+            json!({"mode": "none", "access": []}),
+            "sandbox access is only valid with mode `restricted`",
+        ),
+        (
+            json!({"mode": "restricted", "access": [], "denyGlobs": ["*.env"]}),
+            "sandbox deny glob \"*.env\" must be an absolute pattern",
+        ),
     ];
     for (sandbox, message) in cases {
         let params = crate::sandbox::sandboxed("bad", &["true"], tree.w(), json!({}), sandbox);

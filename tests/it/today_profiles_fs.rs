@@ -329,3 +329,48 @@ async fn deny_globs_are_matched_on_every_path_an_fs_call_opens() {
     );
     assert_eq!(std::fs::read_to_string(l.w.join("src/deep/prod.env")).unwrap(), "KEY=1");
 }
+
+#[tokio::test]
+async fn trees_are_not_copied_over_or_moved_past_what_the_list_denies() {
+    let l = layout("today-profile-trees");
+    std::fs::create_dir_all(l.w.join(".git")).unwrap();
+    std::fs::write(l.w.join(".git/config"), "[core]").unwrap();
+    std::fs::create_dir_all(l.w.join("sub/secret")).unwrap();
+    std::fs::write(l.w.join("sub/secret/s"), "s").unwrap();
+    let src = l.dir.join("src");
+    std::fs::create_dir_all(src.join(".git")).unwrap();
+    std::fs::write(src.join(".git/config"), "overwritten").unwrap();
+    let before = snapshot(&l.w);
+    let sandbox = paths(&[(&src, "read"), (&l.w, "write"), (&l.w.join("sub/secret"), "deny")]);
+    let mut h = Harness::ready().await;
+    let with = |mut params: Value| {
+        params["sandbox"] = sandbox.clone();
+        params
+    };
+    // A copy merged into the writable root may not land in its read-only .git.
+    let copy = json!({"sourcePath": uri(&src), "destinationPath": uri(&l.w), "recursive": true});
+    let error = h.error("fs/copy", with(copy)).await;
+    let git = l.w.join(".git");
+    denied(
+        &error,
+        -32603,
+        format!(
+            "cannot copy {}: Read-only file system: the sandbox lets this call only read it",
+            git.display()
+        ),
+    );
+    // A rename may not carry a denied directory to a name the list allows.
+    let rename =
+        json!({"sourcePath": uri(&l.w.join("sub")), "destinationPath": uri(&l.w.join("moved"))});
+    let error = h.error("fs/rename", with(rename)).await;
+    denied(
+        &error,
+        -32600,
+        format!(
+        "cannot rename {}: Permission denied: it holds {}, which the sandbox keeps from this call",
+        l.w.join("sub").display(),
+        l.w.join("sub/secret").display()
+    ),
+    );
+    assert_eq!(snapshot(&l.w), before, "nothing changed");
+}
