@@ -95,7 +95,14 @@ pub(crate) fn translate(method: &str, params: Value) -> Result<Inbound, ErrorObj
             dialect = Dialect::Today;
             let replace = object.get("mode").and_then(Value::as_str) == Some("replace");
             let writes = FS_WRITES.contains(&method) || (method == "fs/open" && replace);
-            confine = contexts::confinement(method, &sandbox, None)?
+            let confinement = contexts::confinement(method, &sandbox, None)?;
+            if confinement.is_some() && method == "fs/watch" {
+                // Fails closed: a watch would report changes the context keeps from it.
+                return Err(ErrorObject::invalid_params(
+                    "invalid params for fs/watch: a sandbox context cannot confine a watch here; watch without one, or with {\"mode\": \"restricted\", \"readableRoots\": [...]}",
+                ));
+            }
+            confine = confinement
                 .filter(|sandbox| writes || sandbox.access.is_some())
                 .map(|sandbox| FsConfine { sandbox, writes });
         }
@@ -232,6 +239,18 @@ mod tests {
         let sandbox = Sandbox::restricted(Vec::<PathBuf>::new()).network(false);
         let confine = translate("fs/open", replace).unwrap().confine;
         assert_eq!(confine, Some(FsConfine { sandbox, writes: true }));
+    }
+
+    #[test]
+    fn a_watch_under_a_context_is_refused() {
+        let context = json!({"permissions": {"type": "managed", "file_system": {"type": "restricted",
+            "entries": [{"path": {"type": "path", "path": "file:///d"}, "access": "read"}]}}});
+        let error = translate("fs/watch", json!({"path": "file:///d", "sandbox": context}));
+        assert!(error.unwrap_err().message.starts_with(
+            "invalid params for fs/watch: a sandbox context cannot confine a watch here"
+        ));
+        let free = json!({"permissions": {"type": "disabled"}});
+        assert!(translate("fs/watch", json!({"path": "file:///d", "sandbox": free})).is_ok());
     }
 
     #[test]

@@ -40,6 +40,11 @@ pub(crate) fn resolve_map(
             None => {}
         }
     }
+    let writable: Vec<PathBuf> =
+        entries.iter().filter(|(_, a)| *a == Access::Write).map(|(p, _)| p.clone()).collect();
+    for entry in sandbox.access.iter().flatten() {
+        check_links(&entry.path, &writable)?;
+    }
     let mut patterns = Vec::new();
     for text in sandbox.deny_globs.iter().flatten() {
         let pattern = Pattern::new(text, sandbox.glob_scan_max_depth)?;
@@ -54,7 +59,7 @@ pub(crate) fn resolve_map(
         }
     }
     let names = sandbox.keep_read_only.as_deref().unwrap_or_default();
-    let kept = kept_read_only(&entries, names);
+    let kept = kept_read_only(&AccessMap::new(entries.clone()), names);
     entries.extend(kept);
     let map = AccessMap::new(entries).with_globs(patterns);
     for path in missing {
@@ -136,10 +141,42 @@ fn check_inside_roots(path: &Path, roots: &Roots) -> Result<(), ErrorObject> {
     }
 }
 
+/// Refuses an entry whose path goes through a symlink that lies inside a
+/// writable entry: a process could have pointed it anywhere since (a read
+/// entry through it would grant what it chose, a deny entry hide nothing).
+fn check_links(path: &Path, writable: &[PathBuf]) -> Result<(), ErrorObject> {
+    let mut at = PathBuf::from("/");
+    for part in path.components().skip(1) {
+        at.push(part);
+        let Ok(meta) = std::fs::symlink_metadata(&at) else { return Ok(()) };
+        if !meta.file_type().is_symlink() {
+            continue;
+        }
+        let parent = at.parent().and_then(|p| std::fs::canonicalize(p).ok());
+        let place = parent.map(|p| p.join(part));
+        if let Some(root) = place.and_then(|place| writable.iter().find(|w| place.starts_with(w))) {
+            return Err(ErrorObject::invalid_request(format!(
+                "sandbox access path {} goes through the symlink {}, which lies inside writable {} (a process could have pointed it anywhere)",
+                path.display(),
+                at.display(),
+                root.display()
+            )));
+        }
+        // Later components resolve from where the link leads.
+        match std::fs::canonicalize(&at) {
+            Ok(target) => at = target,
+            Err(_) => return Ok(()),
+        }
+    }
+    Ok(())
+}
+
 /// The read entries for `names` beneath each writable directory entry: a
-/// directory of that name, or a `.git` file and the directory it points to.
-/// An entry given for the very path wins.
-fn kept_read_only(entries: &[(PathBuf, Access)], names: &[String]) -> Vec<(PathBuf, Access)> {
+/// directory of that name, or a `.git` file and the directory it points to
+/// (only where the map makes it writable: a `.git` file, which a process may
+/// have written, never grants anything). An entry given for the very path wins.
+fn kept_read_only(map: &AccessMap, names: &[String]) -> Vec<(PathBuf, Access)> {
+    let entries = map.entries();
     let given = |path: &Path| entries.iter().any(|(p, _)| p == path);
     let mut kept = Vec::new();
     for (root, access) in entries {
@@ -160,7 +197,8 @@ fn kept_read_only(entries: &[(PathBuf, Access)], names: &[String]) -> Vec<(PathB
                     std::fs::canonicalize(root.join(dir)).ok()
                 });
                 kept.push((path, Access::Read));
-                if let Some(target) = target.filter(|t| t.is_dir() && !given(t)) {
+                let writable = |t: &PathBuf| map.at(t) == Some(Access::Write);
+                if let Some(target) = target.filter(|t| t.is_dir() && !given(t) && writable(t)) {
                     kept.push((target, Access::Read));
                 }
             }
@@ -231,6 +269,26 @@ mod tests {
                 (canonical.join("w/.codex"), Access::Write),
                 (canonical.join("w/.git"), Access::Read),
             ]
+        );
+        // A .git file pointing outside the writable entries grants nothing.
+        std::fs::remove_dir(dir.join("w/.git")).unwrap();
+        std::fs::write(dir.join("w/.git"), "gitdir: /etc\n").unwrap();
+        let map = resolve_map(&sandbox, &Roots::empty(), Globs::Scan).unwrap();
+        assert_eq!(map.at(Path::new("/etc/passwd")), None);
+        assert_eq!(map.at(&canonical.join("w/.git")), Some(Access::Read));
+        // An entry through a link inside a writable entry is refused.
+        std::os::unix::fs::symlink("/etc", dir.join("w/link")).unwrap();
+        let mut linked = sandbox.clone();
+        linked.access.as_mut().unwrap().push(entry(dir.join("w/link/ssh"), Access::Read, false));
+        let error = resolve_map(&linked, &Roots::empty(), Globs::Scan).unwrap_err();
+        assert_eq!(
+            error.message,
+            format!(
+                "sandbox access path {} goes through the symlink {}, which lies inside writable {} (a process could have pointed it anywhere)",
+                dir.join("w/link/ssh").display(),
+                canonical.join("w/link").display(),
+                canonical.join("w").display()
+            )
         );
         sandbox.access.as_mut().unwrap().push(entry(dir.join("w/new"), Access::Deny, false));
         let error = resolve_map(&sandbox, &Roots::empty(), Globs::Scan).unwrap_err();

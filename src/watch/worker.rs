@@ -163,6 +163,12 @@ impl Worker {
             .map_err(|e| ErrorObject::internal(format!("cannot watch {shown}: {e}")))?;
         if let Some(sandbox) = params.sandbox.as_ref().filter(|s| s.mode == SandboxMode::Restricted)
         {
+            if sandbox.access.is_some() {
+                // Fails closed: a watch of a tree would report what the list denies.
+                return Err(ErrorObject::invalid_params(format!(
+                    "cannot watch {shown}: a sandbox access list cannot confine a watch; give readableRoots"
+                )));
+            }
             if let Some(readable) = &sandbox.readable_roots {
                 let allowed = readable.iter().chain(sandbox.writable_roots.iter().flatten());
                 let inside = allowed
