@@ -11,6 +11,7 @@
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
 use std::io::{BufRead, Write};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -470,6 +471,43 @@ async fn bench() {
                 unit: "us",
                 higher_is_better: false,
             });
+            // An access list: the system read, the scratch writable, a masked
+            // directory, a masked file and a read-only carve-out inside it.
+            for dir in ["secret", ".git"] {
+                std::fs::create_dir_all(scratch.join(dir)).unwrap();
+            }
+            std::fs::write(scratch.join("prod.env"), "KEY=1").unwrap();
+            let entry = |path: PathBuf, access| AccessEntry { path, access, optional: false };
+            let mut entries: Vec<AccessEntry> = ["/usr", "/bin", "/lib", "/lib64", "/etc"]
+                .iter()
+                .map(|dir| entry(PathBuf::from(dir), Access::Read))
+                .collect();
+            entries.push(entry(scratch.clone(), Access::Write));
+            entries.push(entry(scratch.join("secret"), Access::Deny));
+            let mut listed = Sandbox::access(entries);
+            listed.deny_globs = Some(vec![format!("{}/**/*.env", scratch.display())]);
+            listed.keep_read_only = Some(vec![".git".to_owned()]);
+            let probe = StartParams::new("access-probe", ["true"], "/").sandbox(listed.clone());
+            if client.start(probe).await.is_ok() {
+                let listed_median = median(|| {
+                    n += 1;
+                    let prefix = format!("listed-{n}");
+                    let client = client.clone();
+                    let listed = listed.clone();
+                    async move { server_spawns_in_turn(&client, &prefix, Some(&listed)).await }
+                })
+                .await;
+                rows.push(Row {
+                    what: "start under an access list (3 masks and binds) -> exited (us each)",
+                    server: micros(listed_median, SPAWNS),
+                    baseline: micros(confined, SPAWNS),
+                    baseline_what: "sandboxed with writableRoots, same server",
+                    unit: "us",
+                    higher_is_better: false,
+                });
+            } else {
+                println!("(this server has no access lists: their row is left out)");
+            }
         } else {
             println!("(this server has no sandbox: the sandboxed row is left out)");
         }

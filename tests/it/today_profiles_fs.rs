@@ -374,3 +374,22 @@ async fn trees_are_not_copied_over_or_moved_past_what_the_list_denies() {
     );
     assert_eq!(snapshot(&l.w), before, "nothing changed");
 }
+
+#[tokio::test]
+async fn a_watch_under_an_access_list_is_refused_not_left_unconfined() {
+    let l = layout("today-profile-watch");
+    let mut h = Harness::ready().await;
+    let context = paths(&[(&l.allowed, "read")]);
+    let error = h.error("fs/watch", json!({"path": uri(&l.allowed), "sandbox": context})).await;
+    assert_eq!(error["code"], -32602, "{error}");
+    let part_b = json!({"mode": "restricted", "access": [{"path": l.allowed, "access": "read"}]});
+    let error = h.error("fs/watch", json!({"path": l.allowed, "sandbox": part_b})).await;
+    denied(
+        &error,
+        -32602,
+        format!(
+            "cannot watch {}: a sandbox access list cannot confine a watch; give readableRoots",
+            l.allowed.display()
+        ),
+    );
+}
