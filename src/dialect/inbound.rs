@@ -84,6 +84,9 @@ pub(crate) fn translate(method: &str, params: Value) -> Result<Inbound, ErrorObj
             }
         }
     }
+    if method == "process/start" || method.starts_with("fs/") {
+        check_sandbox_shape(method, &mut object)?;
+    }
     let mut confine = None;
     if method == "process/start" {
         start_fields(&mut object, &mut dialect)?;
@@ -108,6 +111,39 @@ pub(crate) fn translate(method: &str, params: Value) -> Result<Inbound, ErrorObj
         }
     }
     Ok(Inbound { params: Value::Object(object), dialect, numbering, confine })
+}
+
+/// Refuses a `sandbox` that would otherwise be ignored, leaving the call
+/// unconfined: one that is not an object, one mixing v0's `mode` with a
+/// context's `permissions`, and a v0 sandbox on an fs call that cannot
+/// apply one (all but fs/watch; `{"mode": "none"}` asks for nothing).
+fn check_sandbox_shape(method: &str, object: &mut Map<String, Value>) -> Result<(), ErrorObject> {
+    let refuse = |what: &str| {
+        ErrorObject::invalid_params(format!("invalid params for {method}: sandbox {what}"))
+    };
+    match object.get("sandbox") {
+        None => Ok(()),
+        Some(Value::Null) => {
+            object.remove("sandbox");
+            Ok(())
+        }
+        Some(Value::Object(sandbox)) => {
+            let Some(mode) = sandbox.get("mode") else { return Ok(()) };
+            if sandbox.contains_key("permissions") {
+                return Err(refuse(
+                    "holds both `mode` (a v0 sandbox) and `permissions` (a sandbox context); send one",
+                ));
+            }
+            let applies = !method.starts_with("fs/") || method == "fs/watch";
+            if applies || mode == "none" {
+                return Ok(());
+            }
+            Err(refuse(&format!(
+                "{{\"mode\": {mode}}} cannot confine {method} (only process/start and fs/watch take one); confine it with a sandbox context (`permissions`)"
+            )))
+        }
+        Some(_) => Err(refuse("must be an object")),
+    }
 }
 
 /// process/start's fields of today's dialect: `envPolicy`, a sandbox
@@ -231,6 +267,25 @@ mod tests {
         // A v0 shape is left alone, as v0 did.
         let v0 = translate("fs/readFile", json!({"path": "/x", "sandbox": {"mode": "none"}}));
         assert_eq!(v0.unwrap().params, json!({"path": "/x", "sandbox": {"mode": "none"}}));
+        let refused = |method: &str, sandbox: Value| {
+            translate(method, json!({"path": "/x", "sandbox": sandbox})).unwrap_err().message
+        };
+        assert_eq!(
+            refused("fs/readFile", json!("readOnly")),
+            "invalid params for fs/readFile: sandbox must be an object"
+        );
+        assert_eq!(
+            refused("process/start", json!({"mode": "none", "permissions": {"type": "managed"}})),
+            "invalid params for process/start: sandbox holds both `mode` (a v0 sandbox) and `permissions` (a sandbox context); send one"
+        );
+        assert_eq!(
+            refused("fs/writeFile", json!({"mode": "restricted", "writableRoots": ["/w"]})),
+            "invalid params for fs/writeFile: sandbox {\"mode\": \"restricted\"} cannot confine fs/writeFile (only process/start and fs/watch take one); confine it with a sandbox context (`permissions`)"
+        );
+        assert!(
+            translate("fs/watch", json!({"path": "/x", "sandbox": {"mode": "restricted"}})).is_ok()
+        );
+        assert!(translate("process/write", json!({"sandbox": 5})).is_ok(), "not a field there");
         let read_only = json!({"permissions": {"type": "managed", "file_system": "readOnly"}});
         let open = json!({"handleId": "h", "path": "/etc/hosts", "sandbox": read_only.clone()});
         assert_eq!(translate("fs/open", open).unwrap().confine, None, "reading stays free");

@@ -1,7 +1,11 @@
 //! Deny globs: an absolute pattern matched component by component (`*`, `?`
 //! and `[...]` stay inside one component, `**` spans any number of them),
-//! and the scan that finds its matches when a sandbox is made.
+//! and the scan that finds its matches when a sandbox is made. Names are
+//! matched as bytes (a name that is not UTF-8 still matches `*`), and in
+//! time linear in the pattern times the name, whatever the pattern.
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::protocol::ErrorObject;
@@ -15,9 +19,43 @@ pub(crate) const GLOB_SCAN_MAX_ENTRIES: usize = 100_000;
 pub(crate) struct Pattern {
     text: String,
     base: PathBuf,
-    rest: Vec<String>,
+    rest: Vec<Part>,
     /// How many directories deep beneath `base` matches are looked for.
     max_depth: Option<u32>,
+}
+
+/// One component of a pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    /// `**`: any number of components.
+    Any,
+    /// A component pattern, as tokens.
+    Name(Vec<Token>),
+}
+
+/// One token of a component pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    /// `*`: any run of characters.
+    Star,
+    /// `?`: one character.
+    One,
+    /// `[...]`: one character in (or, negated, not in) the ranges.
+    Class { negated: bool, ranges: Vec<(u32, u32)> },
+    /// A character as it is.
+    Literal(u32),
+}
+
+/// A name's characters: UTF-8 characters as themselves, each byte of an
+/// invalid sequence as a value no character has, so that it matches only
+/// `*`, `?` and negated classes.
+fn units(name: &[u8]) -> Vec<u32> {
+    let mut units = Vec::with_capacity(name.len());
+    for chunk in name.utf8_chunks() {
+        units.extend(chunk.valid().chars().map(u32::from));
+        units.extend(chunk.invalid().iter().map(|&b| 0x11_0000 + u32::from(b)));
+    }
+    units
 }
 
 impl Pattern {
@@ -37,23 +75,29 @@ impl Pattern {
         let fixed = parts.iter().take_while(|p| !is_wild(p)).count();
         let mut base = PathBuf::from("/");
         base.extend(&parts[..fixed]);
-        let rest = parts[fixed..].iter().map(|p| (*p).to_owned()).collect();
+        let rest = parts[fixed..].iter().map(|p| parse(p)).collect();
         Ok(Pattern { text: text.to_owned(), base, rest, max_depth })
+    }
+
+    /// The same pattern with its fixed prefix given as it resolves now
+    /// (links followed as far as the path exists), since the paths it is
+    /// matched against are canonical.
+    pub(crate) fn resolved(mut self, resolve: impl FnOnce(&Path) -> PathBuf) -> Pattern {
+        self.base = resolve(&self.base);
+        self
     }
 
     /// Whether `path` is a match (within the depth a scan would look).
     pub(crate) fn matches(&self, path: &Path) -> bool {
         let Ok(rel) = path.strip_prefix(&self.base) else { return false };
-        let names: Option<Vec<&str>> = rel.iter().map(|n| n.to_str()).collect();
-        let Some(names) = names else { return false };
+        let names: Vec<&OsStr> = rel.iter().collect();
         if self.max_depth.is_some_and(|max| names.len() > max as usize + 1) {
             return false;
         }
-        let rest: Vec<&str> = self.rest.iter().map(String::as_str).collect();
-        if rest.is_empty() {
+        if self.rest.is_empty() {
             return names.is_empty();
         }
-        !names.is_empty() && matches(&rest, &names)
+        !names.is_empty() && matches(&self.rest, &names)
     }
 
     /// The existing matches at or beneath `dir` (all of them when `dir` is
@@ -108,68 +152,154 @@ fn is_wild(part: &str) -> bool {
     part.contains(['*', '?', '['])
 }
 
-/// Whether `names` (the components below the fixed prefix) match `parts`.
-fn matches(parts: &[&str], names: &[&str]) -> bool {
-    match parts.split_first() {
-        None => names.is_empty(),
-        Some((&"**", rest)) => (0..=names.len()).any(|skip| matches(rest, &names[skip..])),
-        Some((part, rest)) => match names.split_first() {
-            Some((name, names)) => {
-                component(part.as_bytes(), name.as_bytes()) && matches(rest, names)
-            }
-            None => false,
-        },
+/// One pattern component, parsed.
+fn parse(part: &str) -> Part {
+    if part == "**" {
+        return Part::Any;
     }
-}
-
-/// One component against one pattern component.
-fn component(pattern: &[u8], name: &[u8]) -> bool {
-    match pattern.split_first() {
-        None => name.is_empty(),
-        Some((b'*', rest)) => (0..=name.len()).any(|skip| component(rest, &name[skip..])),
-        Some((b'?', rest)) => !name.is_empty() && component(rest, &name[1..]),
-        Some((b'[', rest)) => {
-            let Some(close) = rest.iter().skip(1).position(|&b| b == b']').map(|i| i + 1) else {
-                return name.first() == Some(&b'[') && component(rest, &name[1..]);
-            };
-            let (class, after) = (&rest[..close], &rest[close + 1..]);
-            let Some((&first, name_rest)) = name.split_first() else { return false };
-            let (negated, class) = match class.split_first() {
-                Some((b'!' | b'^', class)) => (true, class),
-                _ => (false, class),
-            };
-            in_class(class, first) != negated && component(after, name_rest)
-        }
-        Some((&literal, rest)) => name.first() == Some(&literal) && component(rest, &name[1..]),
-    }
-}
-
-fn in_class(class: &[u8], byte: u8) -> bool {
+    let chars: Vec<char> = part.chars().collect();
+    let mut tokens = Vec::new();
     let mut i = 0;
-    while i < class.len() {
-        if i + 2 < class.len() && class[i + 1] == b'-' {
-            if (class[i]..=class[i + 2]).contains(&byte) {
-                return true;
-            }
+    while i < chars.len() {
+        let token = match chars[i] {
+            '*' => Token::Star,
+            '?' => Token::One,
+            '[' => match class(&chars[i + 1..]) {
+                Some((token, used)) => {
+                    i += used;
+                    token
+                }
+                None => Token::Literal(u32::from('[')),
+            },
+            c => Token::Literal(u32::from(c)),
+        };
+        // Runs of `*` are one `*`.
+        if !(token == Token::Star && tokens.last() == Some(&Token::Star)) {
+            tokens.push(token);
+        }
+        i += 1;
+    }
+    Part::Name(tokens)
+}
+
+/// The class after a `[` and how many characters it used (with its `]`);
+/// `None` when it is not closed (the `[` is then a literal).
+fn class(chars: &[char]) -> Option<(Token, usize)> {
+    let (negated, start) = match chars.first() {
+        Some('!' | '^') => (true, 1),
+        _ => (false, 0),
+    };
+    // A `]` right after the opening is a member, not the close.
+    let close = start + 1 + chars.get(start + 1..)?.iter().position(|&c| c == ']')?;
+    let members = &chars[start..close];
+    let mut ranges = Vec::new();
+    let mut i = 0;
+    while i < members.len() {
+        if i + 2 < members.len() && members[i + 1] == '-' {
+            ranges.push((u32::from(members[i]), u32::from(members[i + 2])));
             i += 3;
         } else {
-            if class[i] == byte {
-                return true;
-            }
+            ranges.push((u32::from(members[i]), u32::from(members[i])));
             i += 1;
         }
     }
-    false
+    Some((Token::Class { negated, ranges }, close + 1))
+}
+
+/// Whether `names` (the components below the fixed prefix) match `parts`:
+/// `**` as a wildcard over whole components, with the usual single
+/// backtrack point, so that the time is at most parts × names matches.
+fn matches(parts: &[Part], names: &[&OsStr]) -> bool {
+    let units: Vec<Vec<u32>> = names.iter().map(|n| units(n.as_bytes())).collect();
+    wildcard(
+        parts,
+        &units,
+        |part| matches!(part, Part::Any),
+        |part, name| match part {
+            Part::Any => true,
+            Part::Name(tokens) => component(tokens, name),
+        },
+    )
+}
+
+/// One component against one pattern component.
+fn component(tokens: &[Token], name: &[u32]) -> bool {
+    wildcard(
+        tokens,
+        name,
+        |t| *t == Token::Star,
+        |token, &unit| match token {
+            Token::Star | Token::One => true,
+            Token::Literal(c) => *c == unit,
+            Token::Class { negated, ranges } => {
+                ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&unit)) != *negated
+            }
+        },
+    )
+}
+
+/// Wildcard matching of `items` against `pattern`, where `star` tells the
+/// tokens that match any run of items and `one` whether a token matches one
+/// item. When a later token fails, only the last star is given one more
+/// item: earlier stars never need to take more, so this is exact, and it
+/// makes at most `pattern.len() × items.len()` comparisons.
+fn wildcard<P, I>(
+    pattern: &[P],
+    items: &[I],
+    star: impl Fn(&P) -> bool,
+    one: impl Fn(&P, &I) -> bool,
+) -> bool {
+    let (mut p, mut i) = (0, 0);
+    let mut backtrack: Option<(usize, usize)> = None;
+    while i < items.len() {
+        if p < pattern.len() && star(&pattern[p]) {
+            backtrack = Some((p, i));
+            p += 1;
+        } else if p < pattern.len() && one(&pattern[p], &items[i]) {
+            p += 1;
+            i += 1;
+        } else if let Some((star_at, taken)) = backtrack {
+            p = star_at + 1;
+            i = taken + 1;
+            backtrack = Some((star_at, taken + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(star)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn glob(pattern: &str, path: &str) -> bool {
-        let parts: Vec<&str> = pattern.split('/').filter(|p| !p.is_empty()).collect();
-        let names: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
-        matches(&parts, &names)
+    fn glob(pattern: &str, path: impl AsRef<Path>) -> bool {
+        Pattern::new(pattern, None).unwrap().matches(path.as_ref())
+    }
+
+    #[test]
+    fn names_match_as_bytes_and_characters() {
+        use std::os::unix::ffi::OsStrExt;
+        let raw = Path::new(OsStr::from_bytes(b"/w/s\xffcret.env"));
+        assert!(glob("/w/*.env", raw), "a name that is not UTF-8 matches `*`");
+        assert!(glob("/w/s?cret.env", raw), "an invalid byte is one character to `?`");
+        assert!(!glob("/w/s[a-z]cret.env", raw));
+        assert!(glob("/w/s[!a-z]cret.env", raw));
+        assert!(glob("/w/?.txt", "/w/é.txt"), "`?` is one character, not one byte");
+        assert!(glob("/w/[é]", "/w/é"));
+        assert!(glob("/w/[]]", "/w/]"));
+        assert!(glob("/w/[x", "/w/[x"), "an unclosed `[` is itself");
+    }
+
+    #[test]
+    fn matching_takes_linear_time_whatever_the_pattern() {
+        // Backtracking into every star would take about 40^8 steps here.
+        let name = "a".repeat(40);
+        assert!(!glob("/w/*a*a*a*a*a*a*a*a*b", format!("/w/{name}")));
+        assert!(glob("/w/*a*a*a*a*a*a*a*a*", format!("/w/{name}")));
+        let deep = format!("/w/{}", ["a"; 40].join("/"));
+        assert!(!glob("/w/**/a/**/a/**/a/**/a/**/a/**/a/**/b", &deep));
+        assert!(glob("/w/**/a/**/a/**/a/**/a/**/a/**/a/**/a", &deep));
     }
 
     #[test]

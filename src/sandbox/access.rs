@@ -47,7 +47,12 @@ pub(crate) fn resolve_map(
     }
     let mut patterns = Vec::new();
     for text in sandbox.deny_globs.iter().flatten() {
-        let pattern = Pattern::new(text, sandbox.glob_scan_max_depth)?;
+        // Checked paths are canonical, so the fixed prefix is made so too
+        // (a cwd given through a link still finds its matches).
+        let pattern = Pattern::new(text, sandbox.glob_scan_max_depth)?.resolved(|base| {
+            let (existing, rest) = nearest_existing(base);
+            existing.join(rest)
+        });
         if globs == Globs::Match {
             patterns.push(pattern);
             continue;

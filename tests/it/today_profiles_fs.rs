@@ -393,3 +393,62 @@ async fn a_watch_under_an_access_list_is_refused_not_left_unconfined() {
         ),
     );
 }
+
+#[tokio::test]
+async fn deny_globs_hold_through_a_linked_cwd_and_for_names_that_are_not_utf8() {
+    use std::os::unix::ffi::OsStrExt;
+    let l = layout("today-profile-globs-linked");
+    let raw = l.w.join(std::ffi::OsStr::from_bytes(b"s\xffcret.env"));
+    std::fs::write(&raw, "KEY=1").unwrap();
+    std::fs::write(l.w.join("plain.env"), "KEY=2").unwrap();
+    let linked = l.dir.join("w-link");
+    symlink(&l.w, &linked).unwrap();
+    let mut sandbox = paths(&[(&l.w, "write")]);
+    let glob = json!({"path": {"type": "glob_pattern", "pattern": "*.env"}, "access": "deny"});
+    sandbox["permissions"]["file_system"]["entries"].as_array_mut().unwrap().push(glob);
+    // The cwd, which the relative glob is taken from, is given through a link.
+    sandbox["cwd"] = json!(uri(&linked));
+    let mut h = Harness::ready().await;
+    let raw_uri = format!("file://{}/s%FFcret.env", l.w.display());
+    for (path, shown) in
+        [(uri(&l.w.join("plain.env")), l.w.join("plain.env")), (raw_uri, raw.clone())]
+    {
+        let error = h.error("fs/readFile", json!({"path": path, "sandbox": sandbox.clone()})).await;
+        denied(
+            &error,
+            -32600,
+            format!(
+                "cannot read {}: Permission denied: the sandbox keeps this call from it",
+                shown.display()
+            ),
+        );
+    }
+    assert_eq!(std::fs::read(&raw).unwrap(), b"KEY=1");
+}
+
+#[tokio::test]
+async fn a_sandbox_that_would_be_ignored_is_refused_instead() {
+    let l = layout("today-profile-shapes");
+    let target = l.outside.join("secret.txt");
+    let mut h = Harness::ready().await;
+    let cases = [
+        (json!("readOnly"), "sandbox must be an object".to_owned()),
+        (
+            json!({"mode": "none", "permissions": {"type": "managed", "file_system": {"type": "restricted", "entries": []}}}),
+            "sandbox holds both `mode` (a v0 sandbox) and `permissions` (a sandbox context); send one".to_owned(),
+        ),
+        (
+            json!({"mode": "restricted", "writableRoots": []}),
+            "sandbox {\"mode\": \"restricted\"} cannot confine fs/writeFile (only process/start and fs/watch take one); confine it with a sandbox context (`permissions`)".to_owned(),
+        ),
+    ];
+    for (sandbox, problem) in cases {
+        let params = json!({"path": uri(&target), "dataBase64": b64(b"pwned"), "sandbox": sandbox});
+        let error = h.error("fs/writeFile", params).await;
+        denied(&error, -32602, format!("invalid params for fs/writeFile: {problem}"));
+    }
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "secret");
+    let read =
+        h.result("fs/readFile", json!({"path": uri(&target), "sandbox": {"mode": "none"}})).await;
+    assert_eq!(unb64(&read["dataBase64"]), b"secret");
+}
