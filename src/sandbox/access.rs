@@ -91,6 +91,7 @@ pub(crate) fn policy_of(map: &AccessMap, network: bool) -> Policy {
         readable: Some(Vec::new()),
         read_only: Vec::new(),
         masked: Vec::new(),
+        pinned: Vec::new(),
         network,
         exit_on_exec_failure: false,
     };
@@ -115,7 +116,25 @@ pub(crate) fn policy_of(map: &AccessMap, network: bool) -> Policy {
             }
         }
     }
+    policy.pinned = pins(map, policy.read_only.iter().chain(&policy.masked));
     policy
+}
+
+/// The directories above each of `inner` that are writable and lie in a
+/// writable directory (so are not mounts of their own): a process could
+/// rename one of them, carrying a carve-out's or mask's contents to a path
+/// the list does not name for its next run to find, unless it is a mount
+/// point.
+fn pins<'a>(map: &AccessMap, inner: impl Iterator<Item = &'a PathBuf>) -> Vec<PathBuf> {
+    let writable = |dir: &Path| map.at(dir) == Some(Access::Write);
+    let mut pinned: Vec<PathBuf> = inner
+        .flat_map(|path| path.ancestors().skip(1))
+        .filter(|dir| writable(dir) && dir.parent().is_some_and(writable))
+        .map(Path::to_path_buf)
+        .collect();
+    pinned.sort();
+    pinned.dedup();
+    pinned
 }
 
 /// `path` with its links resolved; `None` when it does not exist.
@@ -251,6 +270,17 @@ mod tests {
         assert_eq!(policy.readable, Some(paths(&["/usr", "/w", "/w/.git", "/w/secret/shown"])));
         assert_eq!(policy.read_only, paths(&["/w/.git", "/w/secret/shown"]));
         assert_eq!(policy.masked, paths(&["/w/secret"]));
+        assert!(policy.pinned.is_empty(), "nothing lies between /w and what is inside it");
+        let deep = AccessMap::new(vec![
+            ("/w".into(), Access::Write),
+            ("/w/n".into(), Access::Write),
+            ("/w/n/secret".into(), Access::Deny),
+            ("/w/a/b/.git".into(), Access::Read),
+            ("/w/a/c/secret".into(), Access::Deny),
+            ("/r".into(), Access::Read),
+            ("/r/x/y".into(), Access::Deny),
+        ]);
+        assert_eq!(policy_of(&deep, false).pinned, paths(&["/w/a", "/w/a/b", "/w/a/c", "/w/n"]));
     }
 
     #[test]

@@ -27,6 +27,11 @@ pub(crate) struct Policy {
     /// file over them).
     #[serde(default)]
     pub(crate) masked: Vec<PathBuf>,
+    /// The directories between a writable path and a read-only or masked
+    /// one inside it, each made a mount point of itself (still writable) so
+    /// that no rename can carry what lies beneath it elsewhere on the host.
+    #[serde(default)]
+    pub(crate) pinned: Vec<PathBuf>,
     /// The host's IP network (false: no IP socket at all).
     pub(crate) network: bool,
     /// A program the sandbox keeps from running still starts: the process
@@ -136,6 +141,7 @@ pub(crate) fn resolve(
             readable: None,
             read_only: Vec::new(),
             masked: Vec::new(),
+            pinned: Vec::new(),
             network: settings.network,
             exit_on_exec_failure: false,
         })
@@ -146,10 +152,13 @@ pub(crate) fn resolve(
     if asked.access.is_some() {
         let map = super::access::resolve_map(asked, roots, super::access::Globs::Scan)?;
         let policy = super::access::policy_of(&map, asked.network.unwrap_or(false));
-        let mounts = policy.writable.len() + policy.read_only.len() + policy.masked.len();
+        let mounts = policy.writable.len()
+            + policy.read_only.len()
+            + policy.masked.len()
+            + policy.pinned.len();
         if mounts > MAX_VIEW_MOUNTS {
             return Err(ErrorObject::invalid_request(format!(
-                "sandbox access list needs {mounts} mounts (writable, read-only and denied paths, deny glob matches included); at most {MAX_VIEW_MOUNTS}"
+                "sandbox access list needs {mounts} mounts (writable, read-only and denied paths, deny glob matches and the directories between them included); at most {MAX_VIEW_MOUNTS}"
             )));
         }
         return narrowed(policy, default);
@@ -174,6 +183,7 @@ pub(crate) fn resolve(
         readable,
         read_only: Vec::new(),
         masked: Vec::new(),
+        pinned: Vec::new(),
         network,
         exit_on_exec_failure: false,
     };

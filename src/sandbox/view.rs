@@ -7,7 +7,10 @@
 //! writable path is a copy of itself as it was, a read-only one inside it a
 //! read-only copy, and a masked one an empty read-only tmpfs (a directory)
 //! or an empty read-only file, holding the mount points of what is shown
-//! again beneath it. A hard link or rename between layers crosses mounts, so
+//! again beneath it. Each directory between a writable path and a read-only
+//! or masked one inside it is a writable copy of itself (a pin), so that the
+//! process cannot rename it and leave the carve-out's contents where a later
+//! sandbox under the same list would not look. A hard link or rename between layers crosses mounts, so
 //! the kernel refuses it; a mount point cannot be removed or renamed over.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -76,7 +79,9 @@ pub(crate) fn build(roots: &Roots, cwd: &Path) -> Result<(), String> {
     let mut copies = Vec::new();
     for layer in &layers {
         let copy = match layer.kind {
-            Kind::Writable => Some(open_tree(&layer.opened.dir, &layer.opened.path)?),
+            Kind::Writable | Kind::Pinned => {
+                Some(open_tree(&layer.opened.dir, &layer.opened.path)?)
+            }
             Kind::ReadOnly => {
                 let copy = open_tree(&layer.opened.dir, &layer.opened.path)?;
                 set_attr(&copy, MOUNT_ATTR_RDONLY, true, &layer.opened.path)?;

@@ -135,6 +135,75 @@ async fn carve_outs_masks_and_deny_globs_hold_against_the_process() {
     }
 }
 
+/// Renames that would leave what a mask or carve-out holds at a path the
+/// list does not name, for the next run under the same list to find.
+const RENAMES: &str = r#"
+try() { if sh -c "$2" >/dev/null 2>&1; then echo "$1 ok"; else echo "$1 denied"; fi; }
+try parent-rename 'mv sub moved'
+try parent-swap 'mv sub/secret sub/gone'
+try ro-parent-rename 'mv sub/deeper/ro-parent moved-ro'
+try nested-entry-rename 'mv n n-moved'
+try nested-parent-rename 'mv n/x n/y'
+try plain-rename 'mv sub/plain sub/plain2 && mv sub/plain2 sub/plain'
+try recreate 'mkdir -p moved/secret && echo fake > moved/secret/file'
+ls -A
+"#;
+
+#[tokio::test]
+async fn a_rename_cannot_carry_a_carve_out_past_the_next_run() {
+    for user in User::all() {
+        let tree = Tree::new("profile-renames", user);
+        let w = &tree.w;
+        for dir in ["sub/secret", "sub/deeper/ro-parent/ro", "sub/plain", "n/x/hidden"] {
+            std::fs::create_dir_all(w.join(dir)).unwrap();
+        }
+        std::fs::write(w.join("sub/secret/file"), "secret").unwrap();
+        std::fs::write(w.join("sub/deeper/ro-parent/ro/f"), "ro").unwrap();
+        std::fs::write(w.join("n/x/hidden/h"), "hidden").unwrap();
+        user.own(&tree.base);
+        let kept = [w.join("sub/secret"), w.join("sub/deeper/ro-parent"), w.join("n/x")];
+        let before: Vec<_> = kept.iter().map(|dir| full_snapshot(dir)).collect();
+        let mut server = user.ready(&[], &[]).await;
+        let entries = vec![
+            entry(special("minimal"), "read"),
+            entry(at(w), "write"),
+            entry(at(&w.join("sub/secret")), "deny"),
+            entry(at(&w.join("sub/deeper/ro-parent/ro")), "read"),
+            entry(at(&w.join("n")), "write"),
+            entry(at(&w.join("n/x/hidden")), "deny"),
+        ];
+        let sandbox = context(entries, w, &[]);
+        let (output, code) = run(&mut server, start("a", RENAMES, w, sandbox.clone())).await;
+        let expected = [
+            "parent-rename denied",
+            "parent-swap denied",
+            "ro-parent-rename denied",
+            "nested-entry-rename denied",
+            "nested-parent-rename denied",
+            "plain-rename ok",
+            "recreate ok",
+            "moved",
+            // mv copies what it cannot rename across mounts, and copying
+            // what the process may read is no escape.
+            "moved-ro",
+            "n",
+            "sub",
+            "",
+        ];
+        assert_eq!((output.as_str(), code), (expected.join("\n").as_str(), 0), "as {user:?}");
+        assert_eq!(std::fs::read_to_string(w.join("moved-ro/ro/f")).unwrap(), "ro");
+        std::fs::remove_dir_all(w.join("moved")).unwrap();
+        std::fs::remove_dir_all(w.join("moved-ro")).unwrap();
+        let after: Vec<_> = kept.iter().map(|dir| full_snapshot(dir)).collect();
+        assert_eq!(after, before, "what the list keeps changed, as {user:?}");
+        // The next run under the same list still finds nothing of them.
+        let script = "cat sub/secret/file n/x/hidden/h 2>&1; cat sub/deeper/ro-parent/ro/f";
+        let (output, code) = run(&mut server, start("b", script, w, sandbox)).await;
+        let expected = "cat: sub/secret/file: No such file or directory\ncat: n/x/hidden/h: No such file or directory\nro";
+        assert_eq!((output.as_str(), code), (expected, 0), "as {user:?}");
+    }
+}
+
 #[tokio::test]
 async fn minimal_and_project_roots_read_as_upstream_and_keep_arg0() {
     let tree = Tree::new("profile-minimal", User::Current);
