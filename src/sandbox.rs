@@ -22,6 +22,7 @@ mod seccomp;
 mod sys;
 mod trampoline;
 mod view;
+mod wire_path;
 
 pub(crate) use self::access::{resolve_map, Globs};
 pub(crate) use self::policy::{check_request, resolve, Policy, Settings};

@@ -87,6 +87,11 @@ impl Pattern {
         self
     }
 
+    /// The fixed prefix, as given or as [`Pattern::resolved`] made it.
+    pub(crate) fn base(&self) -> &Path {
+        &self.base
+    }
+
     /// Whether `path` is a match (within the depth a scan would look).
     pub(crate) fn matches(&self, path: &Path) -> bool {
         let Ok(rel) = path.strip_prefix(&self.base) else { return false };

@@ -43,13 +43,16 @@ pub(crate) fn resolve_map(
     let writable: Vec<PathBuf> =
         entries.iter().filter(|(_, a)| *a == Access::Write).map(|(p, _)| p.clone()).collect();
     for entry in sandbox.access.iter().flatten() {
-        check_links(&entry.path, &writable)?;
+        let what = format!("sandbox access path {}", entry.path.display());
+        check_links(&entry.path, &writable, &what)?;
     }
     let mut patterns = Vec::new();
     for text in sandbox.deny_globs.iter().flatten() {
         // Checked paths are canonical, so the fixed prefix is made so too
         // (a cwd given through a link still finds its matches).
-        let pattern = Pattern::new(text, sandbox.glob_scan_max_depth)?.resolved(|base| {
+        let pattern = Pattern::new(text, sandbox.glob_scan_max_depth)?;
+        check_links(pattern.base(), &writable, &format!("sandbox deny glob {text:?}"))?;
+        let pattern = pattern.resolved(|base| {
             let (existing, rest) = nearest_existing(base);
             existing.join(rest)
         });
@@ -64,7 +67,7 @@ pub(crate) fn resolve_map(
         }
     }
     let names = sandbox.keep_read_only.as_deref().unwrap_or_default();
-    let kept = kept_read_only(&AccessMap::new(entries.clone()), names);
+    let kept = kept_read_only(&AccessMap::new(entries.clone()), names, &writable)?;
     entries.extend(kept);
     let map = AccessMap::new(entries).with_globs(patterns);
     for path in missing {
@@ -143,7 +146,6 @@ fn canonical(path: &Path) -> Result<Option<PathBuf>, ErrorObject> {
         ErrorObject::invalid_request(format!("sandbox access path {} {problem}", path.display()))
     };
     match std::fs::canonicalize(path) {
-        Ok(canonical) if canonical.to_str().is_none() => Err(named("is not valid UTF-8".into())),
         Ok(canonical) => Ok(Some(canonical)),
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => Ok(None),
         Err(e) => Err(named(format!("cannot be used: {e}"))),
@@ -165,10 +167,11 @@ fn check_inside_roots(path: &Path, roots: &Roots) -> Result<(), ErrorObject> {
     }
 }
 
-/// Refuses an entry whose path goes through a symlink that lies inside a
-/// writable entry: a process could have pointed it anywhere since (a read
-/// entry through it would grant what it chose, a deny entry hide nothing).
-fn check_links(path: &Path, writable: &[PathBuf]) -> Result<(), ErrorObject> {
+/// Refuses `what` (an entry, a glob's fixed prefix, a gitdir), whose path
+/// goes through a symlink that lies inside a writable entry: a process could
+/// have pointed it anywhere since (a read entry through it would grant what
+/// it chose, a deny entry or glob hide nothing).
+fn check_links(path: &Path, writable: &[PathBuf], what: &str) -> Result<(), ErrorObject> {
     let mut at = PathBuf::from("/");
     for part in path.components().skip(1) {
         at.push(part);
@@ -180,8 +183,7 @@ fn check_links(path: &Path, writable: &[PathBuf]) -> Result<(), ErrorObject> {
         let place = parent.map(|p| p.join(part));
         if let Some(root) = place.and_then(|place| writable.iter().find(|w| place.starts_with(w))) {
             return Err(ErrorObject::invalid_request(format!(
-                "sandbox access path {} goes through the symlink {}, which lies inside writable {} (a process could have pointed it anywhere)",
-                path.display(),
+                "{what} goes through the symlink {}, which lies inside writable {} (a process could have pointed it anywhere)",
                 at.display(),
                 root.display()
             )));
@@ -198,8 +200,15 @@ fn check_links(path: &Path, writable: &[PathBuf]) -> Result<(), ErrorObject> {
 /// The read entries for `names` beneath each writable directory entry: a
 /// directory of that name, or a `.git` file and the directory it points to
 /// (only where the map makes it writable: a `.git` file, which a process may
-/// have written, never grants anything). An entry given for the very path wins.
-fn kept_read_only(map: &AccessMap, names: &[String]) -> Vec<(PathBuf, Access)> {
+/// have written, never grants anything). An entry given for the very path
+/// wins. A name that is a symlink, or a gitdir reached through one inside a
+/// writable entry, is refused: a process could point it elsewhere, and what
+/// was kept read-only would no longer be what git or the agent reads.
+fn kept_read_only(
+    map: &AccessMap,
+    names: &[String],
+    writable: &[PathBuf],
+) -> Result<Vec<(PathBuf, Access)>, ErrorObject> {
     let entries = map.entries();
     let given = |path: &Path| entries.iter().any(|(p, _)| p == path);
     let mut kept = Vec::new();
@@ -213,13 +222,24 @@ fn kept_read_only(map: &AccessMap, names: &[String]) -> Vec<(PathBuf, Access)> {
             if given(&path) {
                 continue;
             }
+            if meta.file_type().is_symlink() {
+                return Err(ErrorObject::invalid_request(format!(
+                    "sandbox keeps {} read-only, but it is a symlink inside writable {} (a process could point it anywhere)",
+                    path.display(),
+                    root.display()
+                )));
+            }
             if meta.is_dir() {
                 kept.push((path, Access::Read));
             } else if meta.is_file() && name == ".git" {
-                let target = std::fs::read_to_string(&path).ok().and_then(|text| {
-                    let dir = text.lines().next()?.strip_prefix("gitdir:")?.trim().to_owned();
-                    std::fs::canonicalize(root.join(dir)).ok()
+                let gitdir = std::fs::read_to_string(&path).ok().and_then(|text| {
+                    Some(root.join(text.lines().next()?.strip_prefix("gitdir:")?.trim()))
                 });
+                if let Some(gitdir) = &gitdir {
+                    let what = format!("the gitdir {} of {}", gitdir.display(), path.display());
+                    check_links(gitdir, writable, &what)?;
+                }
+                let target = gitdir.and_then(|dir| std::fs::canonicalize(dir).ok());
                 kept.push((path, Access::Read));
                 let writable = |t: &PathBuf| map.at(t) == Some(Access::Write);
                 if let Some(target) = target.filter(|t| t.is_dir() && !given(t) && writable(t)) {
@@ -228,7 +248,7 @@ fn kept_read_only(map: &AccessMap, names: &[String]) -> Vec<(PathBuf, Access)> {
             }
         }
     }
-    kept
+    Ok(kept)
 }
 
 /// The nearest existing ancestor of `path`, canonical, and the rest.
@@ -325,6 +345,44 @@ mod tests {
                 canonical.join("w").display()
             )
         );
+        // A glob whose fixed prefix goes through that link is refused too.
+        let mut globbed = sandbox.clone();
+        globbed.deny_globs = Some(vec![format!("{}/w/link/**/*.env", dir.display())]);
+        let error = resolve_map(&globbed, &Roots::empty(), Globs::Scan).unwrap_err();
+        assert_eq!(
+            error.message,
+            format!(
+                "sandbox deny glob \"{}/w/link/**/*.env\" goes through the symlink {}, which lies inside writable {} (a process could have pointed it anywhere)",
+                dir.display(),
+                canonical.join("w/link").display(),
+                canonical.join("w").display()
+            )
+        );
+        // So is a gitdir reached through it, and a kept name that is a link.
+        std::fs::write(dir.join("w/.git"), "gitdir: link/x\n").unwrap();
+        let error = resolve_map(&sandbox, &Roots::empty(), Globs::Scan).unwrap_err();
+        assert_eq!(
+            error.message,
+            format!(
+                "the gitdir {} of {} goes through the symlink {}, which lies inside writable {} (a process could have pointed it anywhere)",
+                canonical.join("w/link/x").display(),
+                canonical.join("w/.git").display(),
+                canonical.join("w/link").display(),
+                canonical.join("w").display()
+            )
+        );
+        std::fs::remove_file(dir.join("w/.git")).unwrap();
+        std::os::unix::fs::symlink("link", dir.join("w/.git")).unwrap();
+        let error = resolve_map(&sandbox, &Roots::empty(), Globs::Scan).unwrap_err();
+        assert_eq!(
+            error.message,
+            format!(
+                "sandbox keeps {} read-only, but it is a symlink inside writable {} (a process could point it anywhere)",
+                canonical.join("w/.git").display(),
+                canonical.join("w").display()
+            )
+        );
+        std::fs::remove_file(dir.join("w/.git")).unwrap();
         sandbox.access.as_mut().unwrap().push(entry(dir.join("w/new"), Access::Deny, false));
         let error = resolve_map(&sandbox, &Roots::empty(), Globs::Scan).unwrap_err();
         assert!(error.message.contains("does not exist inside writable"), "{}", error.message);

@@ -17,20 +17,22 @@ pub(crate) const MAX_VIEW_MOUNTS: usize = 1024;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Policy {
     /// Writes of any kind only beneath these.
+    #[serde(with = "super::wire_path::list")]
     pub(crate) writable: Vec<PathBuf>,
     /// Reads only beneath these and `writable`; `None`: reads everywhere.
+    #[serde(with = "super::wire_path::optional_list")]
     pub(crate) readable: Option<Vec<PathBuf>>,
     /// Inside writable (or masked) ones, shown read-only (a bind).
-    #[serde(default)]
+    #[serde(default, with = "super::wire_path::list")]
     pub(crate) read_only: Vec<PathBuf>,
     /// Inside readable or writable ones, shown empty (an empty directory or
     /// file over them).
-    #[serde(default)]
+    #[serde(default, with = "super::wire_path::list")]
     pub(crate) masked: Vec<PathBuf>,
     /// The directories between a writable path and a read-only or masked
     /// one inside it, each made a mount point of itself (still writable) so
     /// that no rename can carry what lies beneath it elsewhere on the host.
-    #[serde(default)]
+    #[serde(default, with = "super::wire_path::list")]
     pub(crate) pinned: Vec<PathBuf>,
     /// The host's IP network (false: no IP socket at all).
     pub(crate) network: bool,

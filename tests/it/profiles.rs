@@ -205,6 +205,42 @@ async fn a_rename_cannot_carry_a_carve_out_past_the_next_run() {
 }
 
 #[tokio::test]
+async fn deny_globs_mask_any_name_and_refuse_what_a_process_could_repoint() {
+    use std::os::unix::ffi::OsStrExt;
+    let tree = Tree::new("profile-glob-names", User::Current);
+    let w = &tree.w;
+    std::fs::create_dir_all(w.join("real")).unwrap();
+    std::fs::write(w.join("real/a.env"), "A=1").unwrap();
+    let raw = w.join("real").join(std::ffi::OsStr::from_bytes(b"q\xff.env"));
+    std::fs::write(&raw, "Q=1").unwrap();
+    std::os::unix::fs::symlink("real", w.join("cur")).unwrap();
+    let mut server = User::Current.ready(&[], &[]).await;
+    let glob = || entry(json!({"type": "glob_pattern", "pattern": "**/*.env"}), "deny");
+    let entries = vec![entry(special("minimal"), "read"), entry(at(w), "write"), glob()];
+    let real = w.join("real");
+    let script = "for f in *.env; do printf '[%s]' \"$(cat \"$f\")\"; done";
+    let (output, code) =
+        run(&mut server, start("a", script, &real, context(entries.clone(), &real, &[]))).await;
+    assert_eq!((output.as_str(), code), ("[][]", 0), "both names are masked");
+    // A glob taken from a cwd reached through a link the process could
+    // repoint is refused, as an entry through it is.
+    let linked = w.join("cur");
+    let error = server
+        .error("process/start", start("b", "true", &real, context(entries, &linked, &[])))
+        .await;
+    assert_eq!(
+        error["message"],
+        format!(
+            "sandbox deny glob \"{}/**/*.env\" goes through the symlink {}, which lies inside writable {} (a process could have pointed it anywhere)",
+            linked.display(),
+            linked.display(),
+            w.display()
+        )
+    );
+    assert_eq!(std::fs::read(&raw).unwrap(), b"Q=1");
+}
+
+#[tokio::test]
 async fn minimal_and_project_roots_read_as_upstream_and_keep_arg0() {
     let tree = Tree::new("profile-minimal", User::Current);
     let workspace = &tree.w;
