@@ -4,8 +4,11 @@
 //! the kernel resolves beneath a root descriptor, `open.rs`) and then works with
 //! `*at` calls on verified descriptors, so no symlink leads it out of a root
 //! between a check and a use. Reads and writes act on regular files only
-//! (`kind.rs`); writes replace files atomically (`write.rs`); recursive remove
-//! and copy walk descriptors and never follow links inside the tree (`walk.rs`).
+//! (`kind.rs`); writes replace files atomically, or write a hard-linked one in
+//! place where the rules ask it (`write.rs`); recursive remove and copy walk
+//! descriptors and never follow links inside the tree (`walk.rs`). Under an
+//! access list (`access.rs`, deny globs in `glob.rs`) every descriptor a call
+//! opens is checked by its real path against it.
 //! The server calls these under `spawn_blocking`.
 
 mod access;
@@ -80,9 +83,9 @@ pub(crate) fn create_directory(roots: &Roots, params: CreateDirectoryParams) -> 
 
 /// Creates the directory and its missing parents, each with `mkdirat` in its verified parent.
 pub(crate) fn create_all(located: &Located<'_>) -> io::Result<()> {
-    // A directory already there is fine, even one a sandbox keeps from the
-    // call: nothing is made in it (what is made beneath it is checked).
-    if located.is_directory() {
+    // A directory already there is fine, even one the call may only read:
+    // nothing is made in it (what is made beneath it is checked).
+    if located.is_directory()? {
         return Ok(());
     }
     let entry = match located.entry_io() {
@@ -99,7 +102,11 @@ pub(crate) fn create_all(located: &Located<'_>) -> io::Result<()> {
     match sys::mkdirat(entry.dir.as_fd(), &entry.name, 0o777) {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             // Fine if it is a directory (possibly through a symlink beneath the root).
-            located.open(libc::O_PATH | libc::O_DIRECTORY).map(drop).map_err(|_| e)
+            if located.is_directory()? {
+                Ok(())
+            } else {
+                Err(e)
+            }
         }
         other => other,
     }

@@ -4,8 +4,10 @@
 //! re-executed as a trampoline ([`trampoline`]), before the program runs.
 //!
 //! Layout: `policy` (what a start asks for and the server allows),
-//! `trampoline` (namespaces, then the init), `roots` (the policy's
-//! directories, opened once), `view` (the read-only mounts),
+//! `access` (an access list resolved against the filesystem), `wire_path`
+//! (policy paths in the trampoline's spec, as bytes), `trampoline`
+//! (namespaces, then the init), `roots` (the policy's paths, opened once),
+//! `view` (the read-only mounts, binds, masks and pins),
 //! `init` (PID 1 of the sandbox), `confine` (the program's last steps:
 //! Landlock, capabilities, seccomp, descriptors), `landlock`, `seccomp`,
 //! `report` (how the trampoline tells the server it started, or why not),

@@ -41,13 +41,13 @@ pub(crate) fn is_context(sandbox: &Value) -> bool {
     sandbox.as_object().is_some_and(|o| !o.contains_key("mode"))
 }
 
-/// The sandbox `context` asks for (of `method`, for messages), or `None`
-/// for none. `process_cwd` is the policy's cwd when the context has none.
+/// The confinement `context` asks for (of `method`, for messages), or
+/// `None` for none. `process_cwd` is the policy's cwd when the context has none.
 pub(crate) fn confinement(
     method: &str,
     context: &Value,
     process_cwd: Option<&Path>,
-) -> Result<Option<Sandbox>, ErrorObject> {
+) -> Result<Option<Confinement>, ErrorObject> {
     let bad = |what: String| {
         ErrorObject::invalid_params(format!("invalid params for {method}: sandbox.{what}"))
     };
@@ -72,7 +72,7 @@ pub(crate) fn confinement(
     let kind = permissions.get("type").and_then(Value::as_str).unwrap_or_default();
     match kind {
         "disabled" => Ok(None),
-        "external" => Ok((!network(permissions, &bad)?).then(network_only)),
+        "external" => Ok((!network(permissions, &bad)?).then_some(Confinement::NetworkOnly)),
         "managed" => managed(context, permissions, process_cwd, &bad),
         other => Err(bad(format!(
             "permissions type {other:?} is unknown (expected managed, disabled or external)"
@@ -80,9 +80,27 @@ pub(crate) fn confinement(
     }
 }
 
-/// Everything writable, no network.
-fn network_only() -> Sandbox {
-    Sandbox::access([AccessEntry { path: "/".into(), access: Access::Write, optional: false }])
+/// What a context asks of a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Confinement {
+    /// The files as the sandbox says (and its network).
+    Files(Sandbox),
+    /// Every file writable, no network: nothing for an fs call to check.
+    NetworkOnly,
+}
+
+impl Confinement {
+    /// The sandbox a process runs under.
+    pub(crate) fn sandbox(self) -> Sandbox {
+        match self {
+            Confinement::Files(sandbox) => sandbox,
+            Confinement::NetworkOnly => Sandbox::access([AccessEntry {
+                path: "/".into(),
+                access: Access::Write,
+                optional: false,
+            }]),
+        }
+    }
 }
 
 fn managed(
@@ -90,7 +108,7 @@ fn managed(
     permissions: &Value,
     process_cwd: Option<&Path>,
     bad: Bad<'_>,
-) -> Result<Option<Sandbox>, ErrorObject> {
+) -> Result<Option<Confinement>, ErrorObject> {
     let network = network(permissions, bad)?;
     let policy_context = context.get("policyContext").and_then(Value::as_object);
     let field = |name: &str| policy_context.and_then(|p| p.get(name)).or_else(|| context.get(name));
@@ -109,7 +127,7 @@ fn managed(
         Some(_) => return Err(bad("permissions.file_system must be a string or an object".into())),
     };
     let writes_workspace = match kind {
-        "unrestricted" => return Ok((!network).then(network_only)),
+        "unrestricted" => return Ok((!network).then_some(Confinement::NetworkOnly)),
         "restricted" => {
             let object =
                 object.ok_or_else(|| bad("permissions.file_system.entries is missing".into()))?;
@@ -132,7 +150,7 @@ fn managed(
         writable.extend(paths_of(extra, "file_system.writableRoots", bad)?);
     }
     writable.dedup();
-    Ok(Some(Sandbox::restricted(writable).network(network)))
+    Ok(Some(Confinement::Files(Sandbox::restricted(writable).network(network))))
 }
 
 /// A `restricted` file system: its entries as an access list.
@@ -142,7 +160,7 @@ fn restricted(
     workspace: &[PathBuf],
     network: bool,
     bad: Bad<'_>,
-) -> Result<Option<Sandbox>, ErrorObject> {
+) -> Result<Option<Confinement>, ErrorObject> {
     let list = object
         .get("entries")
         .and_then(Value::as_array)
@@ -170,7 +188,7 @@ fn restricted(
         && access.iter().all(|e| e.access == Access::Write)
         && globs.is_empty();
     if full_write {
-        return Ok((!network).then(network_only));
+        return Ok((!network).then_some(Confinement::NetworkOnly));
     }
     let mut sandbox = Sandbox::access(access).network(network);
     sandbox.keep_read_only = Some(KEEP_READ_ONLY.iter().map(|n| n.to_string()).collect());
@@ -178,7 +196,7 @@ fn restricted(
         sandbox.deny_globs = Some(globs);
         sandbox.glob_scan_max_depth = depth;
     }
-    Ok(Some(sandbox))
+    Ok(Some(Confinement::Files(sandbox)))
 }
 
 /// One entry of a `restricted` list, expanded into access entries (a
@@ -230,15 +248,25 @@ fn entries(
                     "path glob_pattern {pattern:?} grants {grants}; globs can only deny here"
                 )));
             }
+            // A glob is text: a base that is not UTF-8 cannot prefix it
+            // (a lossy one would name a path that does not exist, hiding nothing).
+            let base = |dir: &Path| {
+                dir.to_str().map(str::to_owned).ok_or_else(|| {
+                    bad(format!(
+                        "path glob_pattern {pattern:?} cannot be taken from {}, which is not UTF-8",
+                        dir.display()
+                    ))
+                })
+            };
             if let Some(sub) = pattern.strip_prefix(PROJECT_ROOTS_GLOB) {
                 for root in workspace {
-                    globs.push(format!("{}/{}", root.display(), sub.trim_start_matches('/')));
+                    globs.push(format!("{}/{}", base(root)?, sub.trim_start_matches('/')));
                 }
             } else if pattern.starts_with('/') {
                 globs.push(pattern.to_owned());
             } else {
                 let cwd = cwd.ok_or_else(needs_cwd)?;
-                globs.push(format!("{}/{pattern}", cwd.display()));
+                globs.push(format!("{}/{pattern}", base(cwd)?));
             }
         }
         Some("special") => {
@@ -342,7 +370,7 @@ mod tests {
 
     fn confine(sandbox: Value) -> Result<Option<Value>, String> {
         confinement("process/start", &sandbox, None)
-            .map(|s| s.map(|s| serde_json::to_value(s).unwrap()))
+            .map(|s| s.map(|s| serde_json::to_value(s.sandbox()).unwrap()))
             .map_err(|e| e.message)
     }
 

@@ -8,7 +8,7 @@
 
 use serde_json::{Map, Value};
 
-use super::contexts;
+use super::contexts::{self, Confinement};
 use super::uri::PATH_KEYS;
 use super::{env, uri, Dialect, Numbering};
 use crate::protocol::{Base64, ErrorObject, Sandbox};
@@ -98,7 +98,11 @@ pub(crate) fn translate(method: &str, params: Value) -> Result<Inbound, ErrorObj
             dialect = Dialect::Today;
             let replace = object.get("mode").and_then(Value::as_str) == Some("replace");
             let writes = FS_WRITES.contains(&method) || (method == "fs/open" && replace);
-            let confinement = contexts::confinement(method, &sandbox, None)?;
+            // A context that only keeps the network confines no fs call.
+            let confinement = match contexts::confinement(method, &sandbox, None)? {
+                Some(Confinement::Files(sandbox)) => Some(sandbox),
+                Some(Confinement::NetworkOnly) | None => None,
+            };
             if confinement.is_some() && method == "fs/watch" {
                 // Fails closed: a watch would report changes the context keeps from it.
                 return Err(ErrorObject::invalid_params(
@@ -187,7 +191,7 @@ fn start_fields(object: &mut Map<String, Value>, dialect: &mut Dialect) -> Resul
     if let Some(sandbox) = object.get("sandbox").filter(|s| contexts::is_context(s)) {
         *dialect = Dialect::Today;
         let cwd = object.get("cwd").and_then(Value::as_str).map(std::path::Path::new);
-        match contexts::confinement("process/start", sandbox, cwd)? {
+        match contexts::confinement("process/start", sandbox, cwd)?.map(Confinement::sandbox) {
             Some(policy) => {
                 let policy = serde_json::to_value(&policy).map_err(|e| {
                     let named = contexts::non_utf8(&policy).map_or(e.to_string(), |path| {

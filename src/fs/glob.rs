@@ -124,9 +124,25 @@ impl Pattern {
         let depth = |path: &Path| path.strip_prefix(&self.base).map_or(0, |r| r.iter().count());
         let mut visited = 0;
         let mut stack = vec![start];
+        // A directory that vanished mid-scan holds nothing; any other error
+        // fails the scan, since what it could not read could hold a match.
+        let unreadable = |dir: &Path, e: std::io::Error| {
+            ErrorObject::invalid_request(format!(
+                "sandbox deny glob {:?} cannot be scanned: cannot read {}: {e}",
+                self.text,
+                dir.display()
+            ))
+        };
+        let vanished =
+            |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR));
         while let Some(dir) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-            for entry in entries.flatten() {
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(e) if vanished(&e) => continue,
+                Err(e) => return Err(unreadable(&dir, e)),
+            };
+            for entry in entries {
+                let entry = entry.map_err(|e| unreadable(&dir, e))?;
                 visited += 1;
                 if visited > GLOB_SCAN_MAX_ENTRIES {
                     return Err(ErrorObject::invalid_request(format!(
@@ -135,7 +151,11 @@ impl Pattern {
                     )));
                 }
                 let path = entry.path();
-                let Ok(kind) = entry.file_type() else { continue };
+                let kind = match entry.file_type() {
+                    Ok(kind) => kind,
+                    Err(e) if vanished(&e) => continue,
+                    Err(e) => return Err(unreadable(&path, e)),
+                };
                 if kind.is_symlink() {
                     continue;
                 }

@@ -11,7 +11,7 @@ use super::error::{self, io_error, FsOp};
 use super::kind;
 use super::roots::{self, Roots};
 use super::sys;
-use crate::protocol::ErrorObject;
+use crate::protocol::{Access, ErrorObject};
 
 /// A cleaned path split into a directory descriptor (a root, or `/`) and the
 /// rest, which the kernel resolves beneath it.
@@ -64,13 +64,31 @@ impl<'a> Located<'a> {
         Ok(fd)
     }
 
-    /// Whether the path is a directory now (no access list consulted: it
-    /// says only that, as `stat` would).
-    pub(crate) fn is_directory(&self) -> bool {
+    /// Whether the path is a directory now. Under an access list a
+    /// directory the call may not read is EACCES, as a missing path there
+    /// would be (so no answer tells what exists), unless it lies on the way
+    /// to an entry the list grants (whose existence is no secret).
+    pub(crate) fn is_directory(&self) -> io::Result<bool> {
         let rel = if self.rel.as_os_str().is_empty() { Path::new(".") } else { &self.rel };
         let flags = libc::O_PATH | libc::O_DIRECTORY;
-        sys::c_path(rel)
-            .is_ok_and(|rel| sys::openat2(self.dir.as_fd(), &rel, flags, 0, self.resolve).is_ok())
+        let Ok(fd) = sys::c_path(rel)
+            .and_then(|rel| sys::openat2(self.dir.as_fd(), &rel, flags, 0, self.resolve))
+        else {
+            return Ok(false);
+        };
+        let Some(guard) = &self.roots.guard else { return Ok(true) };
+        let real = real_path(&fd)?;
+        let on_the_way = || {
+            let granted = guard.map.entries().iter().filter(|(_, a)| *a != Access::Deny);
+            granted.map(|(path, _)| path).any(|path| path.starts_with(&real))
+        };
+        if guard.map.allows(&real, Need::Read) || on_the_way() {
+            return Ok(true);
+        }
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "Permission denied: the sandbox keeps this call from it",
+        ))
     }
 
     /// Under an access list: `fd` must be something the call may use as it

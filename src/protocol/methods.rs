@@ -281,8 +281,8 @@ pub struct Sandbox {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access: Option<Vec<AccessEntry>>,
     /// With `access`: absolute patterns (`*`, `?`, `[...]` within a
-    /// component, `**` across them) whose matches, found when the sandbox is
-    /// made, are denied.
+    /// component, `**` across them) whose matches are denied (a process's
+    /// found when it starts, an fs call's matched on each path it opens).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deny_globs: Option<Vec<String>>,
     /// With `denyGlobs`: how many directories deep beneath a pattern's fixed
@@ -319,7 +319,8 @@ pub enum Access {
     Read,
     /// Read and write.
     Write,
-    /// Neither: the path shows as an empty directory or file.
+    /// Neither: a process sees an empty directory or file there, an fs call
+    /// gets "Permission denied".
     Deny,
 }
 

@@ -2,12 +2,11 @@
 //! filesystem when it is used (off the loop): each path canonical (a link
 //! such as `/bin` → `usr/bin` resolved once), missing ones skipped, the names
 //! kept read-only beneath writable entries added, deny globs scanned. The
-//! result serves processes ([`policy_of`]: Landlock, binds and masks) and fs
+//! result serves processes ([`Policy::from_map`]: Landlock, binds and masks) and fs
 //! calls (the map itself) alike.
 
 use std::path::{Path, PathBuf};
 
-use super::policy::Policy;
 use crate::fs::{AccessMap, Pattern, Roots};
 use crate::protocol::{Access, ErrorObject, Sandbox};
 
@@ -84,62 +83,6 @@ pub(crate) fn resolve_map(
     Ok(map)
 }
 
-/// The process policy of `map`: Landlock reads beneath every read or write
-/// entry and writes beneath the write entries; in the mount view, read
-/// entries inside a writable or hidden one are bound read-only, and deny
-/// entries inside a visible one are masked.
-pub(crate) fn policy_of(map: &AccessMap, network: bool) -> Policy {
-    let mut policy = Policy {
-        writable: Vec::new(),
-        readable: Some(Vec::new()),
-        read_only: Vec::new(),
-        masked: Vec::new(),
-        pinned: Vec::new(),
-        network,
-        exit_on_exec_failure: false,
-    };
-    for (path, access) in map.entries() {
-        let above = map.above(path);
-        let path = path.clone();
-        match access {
-            Access::Write => {
-                policy.writable.push(path.clone());
-                policy.readable.get_or_insert_with(Vec::new).push(path);
-            }
-            Access::Read => {
-                if matches!(above, Some(Access::Write | Access::Deny)) {
-                    policy.read_only.push(path.clone());
-                }
-                policy.readable.get_or_insert_with(Vec::new).push(path);
-            }
-            Access::Deny => {
-                if matches!(above, Some(Access::Read | Access::Write)) {
-                    policy.masked.push(path);
-                }
-            }
-        }
-    }
-    policy.pinned = pins(map, policy.read_only.iter().chain(&policy.masked));
-    policy
-}
-
-/// The directories above each of `inner` that are writable and lie in a
-/// writable directory (so are not mounts of their own): a process could
-/// rename one of them, carrying a carve-out's or mask's contents to a path
-/// the list does not name for its next run to find, unless it is a mount
-/// point.
-fn pins<'a>(map: &AccessMap, inner: impl Iterator<Item = &'a PathBuf>) -> Vec<PathBuf> {
-    let writable = |dir: &Path| map.at(dir) == Some(Access::Write);
-    let mut pinned: Vec<PathBuf> = inner
-        .flat_map(|path| path.ancestors().skip(1))
-        .filter(|dir| writable(dir) && dir.parent().is_some_and(writable))
-        .map(Path::to_path_buf)
-        .collect();
-    pinned.sort();
-    pinned.dedup();
-    pinned
-}
-
 /// `path` with its links resolved; `None` when it does not exist.
 fn canonical(path: &Path) -> Result<Option<PathBuf>, ErrorObject> {
     let named = |problem: String| {
@@ -152,9 +95,12 @@ fn canonical(path: &Path) -> Result<Option<PathBuf>, ErrorObject> {
     }
 }
 
-/// Under `--root`, a granted path must lie inside a root.
+/// Under `--root`, a granted path must lie inside a root, except `/`
+/// itself: everything, which grants a process nothing that running without
+/// a sandbox would not (a context that keeps only the network), while fs calls stay
+/// inside the roots whatever the list says.
 fn check_inside_roots(path: &Path, roots: &Roots) -> Result<(), ErrorObject> {
-    if !roots.confined() {
+    if !roots.confined() || path.parent().is_none() {
         return Ok(());
     }
     let inside = roots.locate(path).ok().and_then(|located| located.open(libc::O_PATH).ok());
@@ -273,35 +219,6 @@ fn nearest_existing(path: &Path) -> (PathBuf, PathBuf) {
 mod tests {
     use super::*;
     use crate::protocol::AccessEntry;
-
-    #[test]
-    fn entries_become_landlock_roots_binds_and_masks() {
-        let map = AccessMap::new(vec![
-            ("/usr".into(), Access::Read),
-            ("/w".into(), Access::Write),
-            ("/w/.git".into(), Access::Read),
-            ("/w/secret".into(), Access::Deny),
-            ("/w/secret/shown".into(), Access::Read),
-            ("/elsewhere".into(), Access::Deny),
-        ]);
-        let policy = policy_of(&map, false);
-        let paths = |list: &[&str]| list.iter().map(PathBuf::from).collect::<Vec<_>>();
-        assert_eq!(policy.writable, paths(&["/w"]));
-        assert_eq!(policy.readable, Some(paths(&["/usr", "/w", "/w/.git", "/w/secret/shown"])));
-        assert_eq!(policy.read_only, paths(&["/w/.git", "/w/secret/shown"]));
-        assert_eq!(policy.masked, paths(&["/w/secret"]));
-        assert!(policy.pinned.is_empty(), "nothing lies between /w and what is inside it");
-        let deep = AccessMap::new(vec![
-            ("/w".into(), Access::Write),
-            ("/w/n".into(), Access::Write),
-            ("/w/n/secret".into(), Access::Deny),
-            ("/w/a/b/.git".into(), Access::Read),
-            ("/w/a/c/secret".into(), Access::Deny),
-            ("/r".into(), Access::Read),
-            ("/r/x/y".into(), Access::Deny),
-        ]);
-        assert_eq!(policy_of(&deep, false).pinned, paths(&["/w/a", "/w/a/b", "/w/a/c", "/w/n"]));
-    }
 
     #[test]
     fn missing_paths_are_skipped_unless_a_deny_could_be_created() {

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::fs::Roots;
-use crate::protocol::{ErrorObject, Sandbox, SandboxMode};
+use crate::fs::{AccessMap, Roots};
+use crate::protocol::{Access, ErrorObject, Sandbox, SandboxMode};
 
 /// The most paths an access list may shape the mount view with.
 pub(crate) const MAX_VIEW_MOUNTS: usize = 1024;
@@ -40,6 +40,64 @@ pub(crate) struct Policy {
     /// says why on stderr and exits 127 (else the start fails).
     #[serde(default)]
     pub(crate) exit_on_exec_failure: bool,
+}
+
+impl Policy {
+    /// The process policy of `map`: Landlock reads beneath every read or write
+    /// entry and writes beneath the write entries; in the mount view, read
+    /// entries inside a writable or hidden one are bound read-only, and deny
+    /// entries inside a visible one are masked.
+    pub(crate) fn from_map(map: &AccessMap, network: bool) -> Policy {
+        let mut policy = Policy {
+            writable: Vec::new(),
+            readable: Some(Vec::new()),
+            read_only: Vec::new(),
+            masked: Vec::new(),
+            pinned: Vec::new(),
+            network,
+            exit_on_exec_failure: false,
+        };
+        for (path, access) in map.entries() {
+            let above = map.above(path);
+            let path = path.clone();
+            match access {
+                Access::Write => {
+                    policy.writable.push(path.clone());
+                    policy.readable.get_or_insert_with(Vec::new).push(path);
+                }
+                Access::Read => {
+                    if matches!(above, Some(Access::Write | Access::Deny)) {
+                        policy.read_only.push(path.clone());
+                    }
+                    policy.readable.get_or_insert_with(Vec::new).push(path);
+                }
+                Access::Deny => {
+                    if matches!(above, Some(Access::Read | Access::Write)) {
+                        policy.masked.push(path);
+                    }
+                }
+            }
+        }
+        policy.pinned = pins(map, policy.read_only.iter().chain(&policy.masked));
+        policy
+    }
+}
+
+/// The directories above each of `inner` that are writable and lie in a
+/// writable directory (so are not mounts of their own): a process could
+/// rename one of them, carrying a carve-out's or mask's contents to a path
+/// the list does not name for its next run to find, unless it is a mount
+/// point.
+fn pins<'a>(map: &AccessMap, inner: impl Iterator<Item = &'a PathBuf>) -> Vec<PathBuf> {
+    let writable = |dir: &Path| map.at(dir) == Some(Access::Write);
+    let mut pinned: Vec<PathBuf> = inner
+        .flat_map(|path| path.ancestors().skip(1))
+        .filter(|dir| writable(dir) && dir.parent().is_some_and(writable))
+        .map(Path::to_path_buf)
+        .collect();
+    pinned.sort();
+    pinned.dedup();
+    pinned
 }
 
 /// The server's own sandbox settings (`--sandbox`, `--sandbox-network`).
@@ -153,7 +211,7 @@ pub(crate) fn resolve(
     let Some(asked) = restricted else { return Ok(default) };
     if asked.access.is_some() {
         let map = super::access::resolve_map(asked, roots, super::access::Globs::Scan)?;
-        let policy = super::access::policy_of(&map, asked.network.unwrap_or(false));
+        let policy = Policy::from_map(&map, asked.network.unwrap_or(false));
         let mounts = policy.writable.len()
             + policy.read_only.len()
             + policy.masked.len()
@@ -252,4 +310,41 @@ fn canonical(path: &Path, what: &str) -> Result<PathBuf, ErrorObject> {
 
 fn list(paths: &[PathBuf]) -> String {
     paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_become_landlock_roots_binds_and_masks() {
+        let map = AccessMap::new(vec![
+            ("/usr".into(), Access::Read),
+            ("/w".into(), Access::Write),
+            ("/w/.git".into(), Access::Read),
+            ("/w/secret".into(), Access::Deny),
+            ("/w/secret/shown".into(), Access::Read),
+            ("/elsewhere".into(), Access::Deny),
+        ]);
+        let policy = Policy::from_map(&map, false);
+        let paths = |list: &[&str]| list.iter().map(PathBuf::from).collect::<Vec<_>>();
+        assert_eq!(policy.writable, paths(&["/w"]));
+        assert_eq!(policy.readable, Some(paths(&["/usr", "/w", "/w/.git", "/w/secret/shown"])));
+        assert_eq!(policy.read_only, paths(&["/w/.git", "/w/secret/shown"]));
+        assert_eq!(policy.masked, paths(&["/w/secret"]));
+        assert!(policy.pinned.is_empty(), "nothing lies between /w and what is inside it");
+        let deep = AccessMap::new(vec![
+            ("/w".into(), Access::Write),
+            ("/w/n".into(), Access::Write),
+            ("/w/n/secret".into(), Access::Deny),
+            ("/w/a/b/.git".into(), Access::Read),
+            ("/w/a/c/secret".into(), Access::Deny),
+            ("/r".into(), Access::Read),
+            ("/r/x/y".into(), Access::Deny),
+        ]);
+        assert_eq!(
+            Policy::from_map(&deep, false).pinned,
+            paths(&["/w/a", "/w/a/b", "/w/a/c", "/w/n"])
+        );
+    }
 }

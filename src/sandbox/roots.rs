@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use super::policy::Policy;
 use super::sys;
 
-/// A path of the policy (a directory, or a file) and its `O_PATH` descriptor.
+/// A path of the policy (a directory, or a file) and its `O_PATH`
+/// descriptor (`dir`, which may be a file's).
 pub(crate) struct Opened {
     pub(crate) path: PathBuf,
     pub(crate) dir: OwnedFd,

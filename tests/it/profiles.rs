@@ -241,6 +241,56 @@ async fn deny_globs_mask_any_name_and_refuse_what_a_process_could_repoint() {
 }
 
 #[tokio::test]
+async fn a_deny_glob_that_cannot_scan_everything_refuses_the_start() {
+    use std::os::unix::fs::PermissionsExt;
+    if !User::all().contains(&User::Nobody) {
+        return; // As root only: nobody must meet a directory it cannot read.
+    }
+    let tree = Tree::new("profile-glob-unreadable", User::Nobody);
+    let w = &tree.w;
+    User::Nobody.own(&tree.base);
+    // Root's, unreadable to nobody: what it holds could match.
+    let locked = w.join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    std::fs::write(locked.join("a.env"), "A=1").unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut server = User::Nobody.ready(&[], &[]).await;
+    let glob = entry(json!({"type": "glob_pattern", "pattern": "**/*.env"}), "deny");
+    let entries = vec![entry(special("minimal"), "read"), entry(at(w), "write"), glob];
+    let error =
+        server.error("process/start", start("a", "true", w, context(entries, w, &[]))).await;
+    assert_eq!(
+        error["message"],
+        format!(
+            "sandbox deny glob \"{}/**/*.env\" cannot be scanned: cannot read {}: Permission denied (os error 13)",
+            w.display(),
+            locked.display()
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_context_that_only_keeps_the_network_works_under_root() {
+    let tree = Tree::new("profile-network-only", User::Current);
+    let w = &tree.w;
+    std::fs::write(w.join("f"), "in the root").unwrap();
+    let mut server = User::Current.ready(&["--root", tree.w()], &[]).await;
+    let context = json!({"permissions": {"type": "managed", "network": "restricted",
+        "file_system": {"type": "unrestricted"}}, "cwd": uri(w)});
+    let read =
+        server.result("fs/readFile", json!({"path": uri(&w.join("f")), "sandbox": context})).await;
+    assert_eq!(crate::support::unb64(&read["dataBase64"]), b"in the root");
+    let watch = json!({"path": uri(w), "sandbox": context});
+    assert!(server.result("fs/watch", watch).await["watchId"].is_string());
+    // The process writes anywhere it could without a sandbox, and opens no
+    // IP socket.
+    let script = "echo made > made; python3 -c 'import socket; socket.socket()' 2>/dev/null && echo net || echo no-net";
+    let (output, code) = run(&mut server, start("a", script, w, context)).await;
+    assert_eq!((output.as_str(), code), ("no-net\n", 0));
+    assert_eq!(std::fs::read_to_string(w.join("made")).unwrap(), "made\n");
+}
+
+#[tokio::test]
 async fn minimal_and_project_roots_read_as_upstream_and_keep_arg0() {
     let tree = Tree::new("profile-minimal", User::Current);
     let workspace = &tree.w;

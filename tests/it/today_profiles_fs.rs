@@ -279,6 +279,16 @@ async fn denied_paths_and_carve_outs_hold_for_fs_calls() {
     assert_eq!(error["code"], -32600, "{error}");
     let read = h.result("fs/readFile", with(json!({"path": uri(&config)}))).await;
     assert_eq!(unb64(&read["dataBase64"]), b"[core]");
+    // An existing directory is taken as made only where the call may read:
+    // a denied one or one no entry covers answers as a missing one does.
+    let git = json!({"path": uri(&l.w.join(".git")), "recursive": true});
+    assert_eq!(h.result("fs/createDirectory", with(git)).await, json!({}));
+    for dir in [l.allowed.join("private"), l.outside.clone(), l.outside.join("missing")] {
+        let made = json!({"path": uri(&dir), "recursive": true});
+        let error = h.error("fs/createDirectory", with(made)).await;
+        assert_eq!(error["code"], -32600, "{dir:?}: {error}");
+        assert!(error["message"].as_str().unwrap().contains("Permission denied"), "{error}");
+    }
     assert_eq!(snapshot(&l.dir), before, "nothing changed");
 }
 
