@@ -408,6 +408,21 @@ mod tests {
     }
 
     #[test]
+    fn a_glob_cannot_be_taken_from_a_base_that_is_not_utf8() {
+        let context = json!({
+            "permissions": {"type": "managed", "network": "restricted", "file_system": {
+                "type": "restricted", "entries": [
+                    {"path": {"type": "glob_pattern", "pattern": "**/*.env"}, "access": "deny"},
+                ]}},
+            "cwd": "file:///c%FF",
+        });
+        assert_eq!(
+            confine(context),
+            Err("invalid params for process/start: sandbox.permissions.file_system.entries[0].path glob_pattern \"**/*.env\" cannot be taken from /c\u{FFFD}, which is not UTF-8".into())
+        );
+    }
+
+    #[test]
     fn full_access_confines_only_the_network() {
         let root_write = json!({"permissions": {"type": "managed", "network": "enabled", "file_system": {
             "type": "restricted", "entries": [{"path": {"type": "special", "value": {"kind": "root"}}, "access": "write"}]}}});
