@@ -477,7 +477,8 @@ async fn bench() {
                 std::fs::create_dir_all(scratch.join(dir)).unwrap();
             }
             std::fs::write(scratch.join("prod.env"), "KEY=1").unwrap();
-            let entry = |path: PathBuf, access| AccessEntry { path, access, optional: false };
+            let entry =
+                |path: PathBuf, access| AccessEntry { path, access, optional: false, make: false };
             let mut entries: Vec<AccessEntry> = ["/usr", "/bin", "/lib", "/lib64", "/etc"]
                 .iter()
                 .map(|dir| entry(PathBuf::from(dir), Access::Read))

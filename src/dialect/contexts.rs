@@ -98,6 +98,7 @@ impl Confinement {
                 path: "/".into(),
                 access: Access::Write,
                 optional: false,
+                make: false,
             }]),
         }
     }
@@ -190,6 +191,21 @@ fn restricted(
     if full_write {
         return Ok((!network).then_some(Confinement::NetworkOnly));
     }
+    // As upstream: the cwd's own `.codex`, when the cwd is a writable entry,
+    // is kept read-only even when it does not exist yet (made then), unless
+    // an entry names it.
+    if let Some(cwd) = cwd {
+        let codex = cwd.join(".codex");
+        let writable = access.iter().any(|e| e.path == cwd && e.access == Access::Write);
+        if writable && !access.iter().any(|e| e.path == codex) {
+            access.push(AccessEntry {
+                path: codex,
+                access: Access::Read,
+                optional: false,
+                make: true,
+            });
+        }
+    }
     let mut sandbox = Sandbox::access(access).network(network);
     sandbox.keep_read_only = Some(KEEP_READ_ONLY.iter().map(|n| n.to_string()).collect());
     if !globs.is_empty() {
@@ -228,7 +244,8 @@ fn entries(
         }
     };
     let path = entry.get("path").ok_or_else(|| bad("path is missing".into()))?;
-    let mut push = |path: PathBuf| access_list.push(AccessEntry { path, access, optional });
+    let mut push =
+        |path: PathBuf| access_list.push(AccessEntry { path, access, optional, make: false });
     match path.get("type").and_then(Value::as_str) {
         Some("path") => {
             let text = path

@@ -324,7 +324,8 @@ mod tests {
             Some(vec![crate::protocol::AccessEntry {
                 path: "/d".into(),
                 access: crate::protocol::Access::Read,
-                optional: false
+                optional: false,
+                make: false,
             }])
         );
     }

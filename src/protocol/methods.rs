@@ -308,6 +308,12 @@ pub struct AccessEntry {
     /// entries grant nothing and are skipped.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub optional: bool,
+    /// A read entry that does not exist, directly inside a writable one, is
+    /// made (an empty directory) when a process starts, so that it can be
+    /// kept read-only instead of being created by the process; fs calls
+    /// treat it as there.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub make: bool,
 }
 
 /// What an access entry grants, weakest first; at one path, the strongest

@@ -27,6 +27,7 @@ pub(crate) fn resolve_map(
 ) -> Result<AccessMap, ErrorObject> {
     let mut entries = Vec::new();
     let mut missing = Vec::new();
+    let mut to_make = Vec::new();
     for entry in sandbox.access.iter().flatten() {
         match canonical(&entry.path)? {
             Some(path) => {
@@ -35,6 +36,7 @@ pub(crate) fn resolve_map(
                 }
                 entries.push((path, entry.access));
             }
+            None if entry.make && entry.access == Access::Read => to_make.push(&entry.path),
             None if entry.access == Access::Deny && !entry.optional => missing.push(&entry.path),
             None => {}
         }
@@ -44,6 +46,12 @@ pub(crate) fn resolve_map(
     for entry in sandbox.access.iter().flatten() {
         let what = format!("sandbox access path {}", entry.path.display());
         check_links(&entry.path, &writable, &what)?;
+    }
+    let granted = AccessMap::new(entries.clone());
+    for path in to_make {
+        if let Some(made) = made(path, &granted, globs)? {
+            entries.push((made, Access::Read));
+        }
     }
     let mut patterns = Vec::new();
     for text in sandbox.deny_globs.iter().flatten() {
@@ -81,6 +89,39 @@ pub(crate) fn resolve_map(
         }
     }
     Ok(map)
+}
+
+/// A `make` entry's path that does not exist: where its parent exists and
+/// is writable, made now for a process (so that a read-only mount can go
+/// there), or only named for an fs call (whose checks need no mount).
+fn made(path: &Path, map: &AccessMap, globs: Globs) -> Result<Option<PathBuf>, ErrorObject> {
+    let (existing, rest) = nearest_existing(path);
+    let parent_writable = map.at(&existing) == Some(Access::Write);
+    if rest.components().count() != 1 || !parent_writable {
+        return Ok(None);
+    }
+    let at = existing.join(rest);
+    if globs == Globs::Match {
+        return Ok(Some(at));
+    }
+    match std::fs::create_dir(&at) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(ErrorObject::invalid_request(format!(
+                "sandbox access path {} cannot be made to keep it read-only: {e}",
+                path.display()
+            )))
+        }
+    }
+    // Made by someone else meanwhile, as a link: refused as a link would be.
+    if !std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir()) {
+        return Err(ErrorObject::invalid_request(format!(
+            "sandbox access path {} was made meanwhile, and not as a directory",
+            path.display()
+        )));
+    }
+    Ok(Some(at))
 }
 
 /// `path` with its links resolved; `None` when it does not exist.
@@ -225,7 +266,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("exec-server-access-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("w/.git")).unwrap();
         std::fs::create_dir_all(dir.join("w/.codex")).unwrap();
-        let entry = |path: PathBuf, access, optional| AccessEntry { path, access, optional };
+        let entry =
+            |path: PathBuf, access, optional| AccessEntry { path, access, optional, make: false };
         let mut sandbox = Sandbox::access([
             entry(dir.join("w"), Access::Write, false),
             entry(dir.join("gone"), Access::Read, false),

@@ -146,6 +146,8 @@ try nested-entry-rename 'mv n n-moved'
 try nested-parent-rename 'mv n/x n/y'
 try plain-rename 'mv sub/plain sub/plain2 && mv sub/plain2 sub/plain'
 try recreate 'mkdir -p moved/secret && echo fake > moved/secret/file'
+try codex-write 'touch .codex/config.toml'
+try codex-remove 'rmdir .codex'
 ls -A
 "#;
 
@@ -182,6 +184,10 @@ async fn a_rename_cannot_carry_a_carve_out_past_the_next_run() {
             "nested-parent-rename denied",
             "plain-rename ok",
             "recreate ok",
+            // The cwd's .codex, missing, is made and kept read-only (as upstream).
+            "codex-write denied",
+            "codex-remove denied",
+            ".codex",
             "moved",
             // mv copies what it cannot rename across mounts, and copying
             // what the process may read is no escape.

@@ -462,3 +462,27 @@ async fn a_sandbox_that_would_be_ignored_is_refused_instead() {
         h.result("fs/readFile", json!({"path": uri(&target), "sandbox": {"mode": "none"}})).await;
     assert_eq!(unb64(&read["dataBase64"]), b"secret");
 }
+
+#[tokio::test]
+async fn the_cwds_codex_is_read_only_even_before_it_exists() {
+    let l = layout("today-profile-codex");
+    let mut sandbox = paths(&[(&l.w, "write")]);
+    sandbox["cwd"] = json!(uri(&l.w));
+    let mut h = Harness::ready().await;
+    let config = l.w.join(".codex/config.toml");
+    let made = json!({"path": uri(&l.w.join(".codex")), "sandbox": sandbox.clone()});
+    let error = h.error("fs/createDirectory", made).await;
+    denied(
+        &error,
+        -32603,
+        format!(
+            "cannot create directory {}: Read-only file system: the sandbox lets this call only read it",
+            l.w.join(".codex").display()
+        ),
+    );
+    let write = json!({"path": uri(&config), "dataBase64": b64(b"x"), "sandbox": sandbox});
+    // Its parent is missing: refused as upstream's client accepts.
+    let error = h.error("fs/writeFile", write).await;
+    assert_eq!(error["code"], -32004, "{error}");
+    assert!(!l.w.join(".codex").exists(), "an fs call makes nothing to keep read-only");
+}
