@@ -229,7 +229,9 @@ pub(crate) fn rename(roots: &Roots, params: RenameParams) -> FsResult<Empty> {
         Ok(Some(entry)) => Ok(entry),
         Ok(None) => Err(located.no_entry(op)),
         Err(e) if roots.confined() && roots::is_escape(&e) => Err(roots::outside(located.path())),
-        Err(e) => Err(error::io_error_between(op, from, to, located.path(), e)),
+        Err(e) => {
+            Err(error::io_error_between(op, from, to, located.path(), located.hide_missing(e)))
+        }
     };
     let (source_entry, destination_entry) = (resolve(&source)?, resolve(&destination)?);
     let (a, b) = (&source_entry, &destination_entry);

@@ -193,18 +193,10 @@ fn restricted(
     }
     // As upstream: the cwd's own `.codex`, when the cwd is a writable entry,
     // is kept read-only even when it does not exist yet (made then), unless
-    // an entry names it.
+    // a write entry names it; resolved by real paths with the rest.
     if let Some(cwd) = cwd {
-        let codex = cwd.join(".codex");
-        let writable = access.iter().any(|e| e.path == cwd && e.access == Access::Write);
-        if writable && !access.iter().any(|e| e.path == codex) {
-            access.push(AccessEntry {
-                path: codex,
-                access: Access::Read,
-                optional: false,
-                make: true,
-            });
-        }
+        let path = cwd.join(".codex");
+        access.push(AccessEntry { path, access: Access::Read, optional: false, make: true });
     }
     let mut sandbox = Sandbox::access(access).network(network);
     sandbox.keep_read_only = Some(KEEP_READ_ONLY.iter().map(|n| n.to_string()).collect());
@@ -416,6 +408,7 @@ mod tests {
         let tmpdir = std::env::var("TMPDIR").ok().filter(|t| t.starts_with('/'));
         access.extend(tmpdir.map(|t| json!({"path": t, "access": "write"})));
         access.push(json!({"path": "/w/a b", "access": "deny", "optional": true}));
+        access.push(json!({"path": "/c/.codex", "access": "read", "make": true}));
         assert_eq!(
             confine(context),
             Ok(Some(json!({"mode": "restricted", "network": false, "access": access,

@@ -6,7 +6,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::access::Need;
+use super::access::{AccessMap, Need};
 use super::error::{self, io_error, FsOp};
 use super::kind;
 use super::roots::{self, Roots};
@@ -78,17 +78,10 @@ impl<'a> Located<'a> {
         };
         let Some(guard) = &self.roots.guard else { return Ok(true) };
         let real = real_path(&fd)?;
-        let on_the_way = || {
-            let granted = guard.map.entries().iter().filter(|(_, a)| *a != Access::Deny);
-            granted.map(|(path, _)| path).any(|path| path.starts_with(&real))
-        };
-        if guard.map.allows(&real, Need::Read) || on_the_way() {
+        if guard.map.allows(&real, Need::Read) || on_the_way(&guard.map, &real) {
             return Ok(true);
         }
-        Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            "Permission denied: the sandbox keeps this call from it",
-        ))
+        Err(denied())
     }
 
     /// Under an access list: `fd` must be something the call may use as it
@@ -113,10 +106,7 @@ impl<'a> Located<'a> {
                 "Read-only file system: the sandbox lets this call only read it",
             ));
         }
-        Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            "Permission denied: the sandbox keeps this call from it",
-        ))
+        Err(denied())
     }
 
     /// Under an access list: the check of each path a tree copy creates
@@ -161,8 +151,27 @@ impl<'a> Located<'a> {
         if self.resolve != 0 && roots::is_escape(&error) {
             roots::outside(self.path)
         } else {
-            io_error(op, self.path)(error)
+            io_error(op, self.path)(self.hide_missing(error))
         }
+    }
+
+    /// Under an access list, a path missing where the call may not read
+    /// (its nearest existing ancestor is neither readable nor on the way to
+    /// an entry) fails as an existing one there does, so that no answer
+    /// tells what exists where the list does not reach.
+    pub(crate) fn hide_missing(&self, error: io::Error) -> io::Error {
+        let Some(guard) = &self.roots.guard else { return error };
+        if error.kind() != io::ErrorKind::NotFound {
+            return error;
+        }
+        let Some(existing) = self.path.ancestors().find_map(|a| std::fs::canonicalize(a).ok())
+        else {
+            return error;
+        };
+        if guard.map.allows(&existing, Need::Read) || on_the_way(&guard.map, &existing) {
+            return error;
+        }
+        denied()
     }
 
     /// The entry the path names, without following a final symlink. A root (or
@@ -271,6 +280,21 @@ impl<'a> Located<'a> {
             ))),
         }
     }
+}
+
+/// What a call gets for a path the access list keeps from it.
+fn denied() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        "Permission denied: the sandbox keeps this call from it",
+    )
+}
+
+/// Whether `dir` lies on the way to a path the list grants (its existence
+/// is then no secret).
+fn on_the_way(map: &AccessMap, dir: &Path) -> bool {
+    let granted = map.entries().iter().filter(|(_, access)| *access != Access::Deny);
+    granted.map(|(path, _)| path).any(|path| path.starts_with(dir))
 }
 
 /// The path the kernel has for an open descriptor.

@@ -28,7 +28,18 @@ pub(crate) fn resolve_map(
     let mut entries = Vec::new();
     let mut missing = Vec::new();
     let mut to_make = Vec::new();
+    // Where each write entry is meant, even one missing (a `make` entry
+    // it names is left to it).
+    let mut meant_writable = Vec::new();
     for entry in sandbox.access.iter().flatten() {
+        if entry.make && entry.access == Access::Read {
+            to_make.push(&entry.path);
+            continue;
+        }
+        if entry.access == Access::Write {
+            let (existing, rest) = nearest_existing(&entry.path);
+            meant_writable.push(existing.join(rest));
+        }
         match canonical(&entry.path)? {
             Some(path) => {
                 if entry.access != Access::Deny {
@@ -36,7 +47,6 @@ pub(crate) fn resolve_map(
                 }
                 entries.push((path, entry.access));
             }
-            None if entry.make && entry.access == Access::Read => to_make.push(&entry.path),
             None if entry.access == Access::Deny && !entry.optional => missing.push(&entry.path),
             None => {}
         }
@@ -47,9 +57,8 @@ pub(crate) fn resolve_map(
         let what = format!("sandbox access path {}", entry.path.display());
         check_links(&entry.path, &writable, &what)?;
     }
-    let granted = AccessMap::new(entries.clone());
     for path in to_make {
-        if let Some(made) = made(path, &granted, globs)? {
+        if let Some(made) = made(path, &writable, &meant_writable, globs)? {
             entries.push((made, Access::Read));
         }
     }
@@ -91,17 +100,27 @@ pub(crate) fn resolve_map(
     Ok(map)
 }
 
-/// A `make` entry's path that does not exist: where its parent exists and
-/// is writable, made now for a process (so that a read-only mount can go
-/// there), or only named for an fs call (whose checks need no mount).
-fn made(path: &Path, map: &AccessMap, globs: Globs) -> Result<Option<PathBuf>, ErrorObject> {
+/// A `make` entry, by its real path: kept only directly inside a write
+/// entry (it grants nothing elsewhere) and not named by a write entry of its
+/// own; when it does not exist, made now for a process (so that a read-only
+/// mount can go there), or only named for an fs call (whose checks need no
+/// mount).
+fn made(
+    path: &Path,
+    writable: &[PathBuf],
+    meant_writable: &[PathBuf],
+    globs: Globs,
+) -> Result<Option<PathBuf>, ErrorObject> {
     let (existing, rest) = nearest_existing(path);
-    let parent_writable = map.at(&existing) == Some(Access::Write);
-    if rest.components().count() != 1 || !parent_writable {
+    let at = existing.join(&rest);
+    let parent = at.parent().unwrap_or(&at);
+    if rest.components().count() > 1 || !writable.iter().any(|w| w == parent) {
         return Ok(None);
     }
-    let at = existing.join(rest);
-    if globs == Globs::Match {
+    if meant_writable.contains(&at) {
+        return Ok(None);
+    }
+    if rest.as_os_str().is_empty() || globs == Globs::Match {
         return Ok(Some(at));
     }
     match std::fs::create_dir(&at) {

@@ -229,20 +229,26 @@ async fn deny_globs_mask_any_name_and_refuse_what_a_process_could_repoint() {
         run(&mut server, start("a", script, &real, context(entries.clone(), &real, &[]))).await;
     assert_eq!((output.as_str(), code), ("[][]", 0), "both names are masked");
     // A glob taken from a cwd reached through a link the process could
-    // repoint is refused, as an entry through it is.
+    // repoint is refused, as an entry through it is (here the cwd's .codex
+    // is met first).
     let linked = w.join("cur");
     let error = server
         .error("process/start", start("b", "true", &real, context(entries, &linked, &[])))
         .await;
-    assert_eq!(
-        error["message"],
+    let through = |what: String| {
         format!(
-            "sandbox deny glob \"{}/**/*.env\" goes through the symlink {}, which lies inside writable {} (a process could have pointed it anywhere)",
-            linked.display(),
+            "{what} goes through the symlink {}, which lies inside writable {} (a process could have pointed it anywhere)",
             linked.display(),
             w.display()
         )
-    );
+    };
+    let codex = format!("sandbox access path {}", linked.join(".codex").display());
+    assert_eq!(error["message"], through(codex));
+    let access = json!({"mode": "restricted", "access": [{"path": w, "access": "write"}],
+        "denyGlobs": [format!("{}/**/*.env", linked.display())]});
+    let error = server.error("process/start", start("c", "true", &real, access)).await;
+    let glob = format!("sandbox deny glob \"{}/**/*.env\"", linked.display());
+    assert_eq!(error["message"], through(glob));
     assert_eq!(std::fs::read(&raw).unwrap(), b"Q=1");
 }
 
@@ -294,6 +300,44 @@ async fn a_context_that_only_keeps_the_network_works_under_root() {
     let (output, code) = run(&mut server, start("a", script, w, context)).await;
     assert_eq!((output.as_str(), code), ("no-net\n", 0));
     assert_eq!(std::fs::read_to_string(w.join("made")).unwrap(), "made\n");
+}
+
+#[tokio::test]
+async fn the_cwds_codex_is_kept_however_the_cwd_and_entries_are_spelled() {
+    let tree = Tree::new("profile-codex", User::Current);
+    let w = &tree.w;
+    std::fs::create_dir_all(w.join("sub")).unwrap();
+    let link = tree.base.join("link");
+    std::os::unix::fs::symlink(w, &link).unwrap();
+    let mut server = User::Current.ready(&[], &[]).await;
+    let script = "mkdir -p .codex 2>/dev/null; touch .codex/config.toml 2>/dev/null && echo wrote || echo kept";
+    let minimal = || entry(special("minimal"), "read");
+    let cases = [
+        ("cwd through a link", vec![minimal(), entry(at(w), "write")], link.clone(), "kept"),
+        ("entry through a link", vec![minimal(), entry(at(&link), "write")], w.clone(), "kept"),
+        ("cwd with ..", vec![minimal(), entry(at(w), "write")], w.join("sub/.."), "kept"),
+        (
+            "an explicit read entry",
+            vec![minimal(), entry(at(w), "write"), entry(at(&w.join(".codex")), "read")],
+            w.clone(),
+            "kept",
+        ),
+        (
+            "an explicit write entry",
+            vec![minimal(), entry(at(w), "write"), entry(at(&w.join(".codex")), "write")],
+            w.clone(),
+            "wrote",
+        ),
+    ];
+    for (index, (case, entries, cwd, expected)) in cases.into_iter().enumerate() {
+        let _ = std::fs::remove_dir_all(w.join(".codex"));
+        let id = format!("p{index}");
+        let sandbox = context(entries, &cwd, &[]);
+        let (output, code) = run(&mut server, start(&id, script, w, sandbox)).await;
+        assert_eq!((output.as_str(), code), (format!("{expected}\n").as_str(), 0), "{case}");
+        let written = w.join(".codex/config.toml").exists();
+        assert_eq!(written, expected == "wrote", "{case}");
+    }
 }
 
 #[tokio::test]

@@ -486,3 +486,44 @@ async fn the_cwds_codex_is_read_only_even_before_it_exists() {
     assert_eq!(error["code"], -32004, "{error}");
     assert!(!l.w.join(".codex").exists(), "an fs call makes nothing to keep read-only");
 }
+
+#[tokio::test]
+async fn no_answer_tells_what_exists_where_the_list_does_not_reach() {
+    let l = layout("today-profile-oracle");
+    std::fs::create_dir_all(l.outside.join("exists")).unwrap();
+    std::fs::write(l.outside.join("exists/f"), "f").unwrap();
+    std::fs::write(l.w.join("mine"), "mine").unwrap();
+    let sandbox = paths(&[(&l.w, "write"), (&l.allowed.join("sub"), "read")]);
+    let mut h = Harness::ready().await;
+    let mut codes = Vec::new();
+    for dir in [l.outside.join("exists"), l.outside.join("missing")] {
+        let p = |rel: &str| uri(&if rel.is_empty() { dir.clone() } else { dir.join(rel) });
+        let calls = [
+            ("fs/getMetadata", json!({"path": p("")})),
+            ("fs/readDirectory", json!({"path": p("")})),
+            ("fs/walk", json!({"path": p("")})),
+            ("fs/canonicalize", json!({"path": p("")})),
+            ("fs/readFile", json!({"path": p("f")})),
+            ("fs/open", json!({"handleId": "h", "path": p("f")})),
+            ("fs/writeFile", json!({"path": p("new"), "dataBase64": b64(b"x")})),
+            ("fs/createDirectory", json!({"path": p(""), "recursive": true})),
+            ("fs/remove", json!({"path": p(""), "recursive": true})),
+            (
+                "fs/copy",
+                json!({"sourcePath": p(""), "destinationPath": uri(&l.w.join("c")), "recursive": true}),
+            ),
+            ("fs/rename", json!({"sourcePath": uri(&l.w.join("mine")), "destinationPath": p("r")})),
+        ];
+        let mut these = Vec::new();
+        for (method, mut params) in calls {
+            params["sandbox"] = sandbox.clone();
+            let error = h.error(method, params).await;
+            these.push((method, error["code"].clone()));
+        }
+        codes.push(these);
+    }
+    assert_eq!(codes[0], codes[1], "existing, then missing");
+    assert!(codes[0].iter().all(|(_, code)| *code == -32600), "{:?}", codes[0]);
+    assert_eq!(std::fs::read_to_string(l.w.join("mine")).unwrap(), "mine");
+    assert!(!l.outside.join("missing").exists());
+}
