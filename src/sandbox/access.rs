@@ -37,8 +37,7 @@ pub(crate) fn resolve_map(
             continue;
         }
         if entry.access == Access::Write {
-            let (existing, rest) = nearest_existing(&entry.path);
-            meant_writable.push(existing.join(rest));
+            meant_writable.push(as_meant(&entry.path));
         }
         match canonical(&entry.path)? {
             Some(path) => {
@@ -68,10 +67,7 @@ pub(crate) fn resolve_map(
         // (a cwd given through a link still finds its matches).
         let pattern = Pattern::new(text, sandbox.glob_scan_max_depth)?;
         check_links(pattern.base(), &writable, &format!("sandbox deny glob {text:?}"))?;
-        let pattern = pattern.resolved(|base| {
-            let (existing, rest) = nearest_existing(base);
-            existing.join(rest)
-        });
+        let pattern = pattern.resolved(as_meant);
         if globs == Globs::Match {
             patterns.push(pattern);
             continue;
@@ -87,9 +83,7 @@ pub(crate) fn resolve_map(
     entries.extend(kept);
     let map = AccessMap::new(entries).with_globs(patterns);
     for path in missing {
-        let (existing, rest) = nearest_existing(path);
-        let at = existing.join(rest);
-        if let Some((writable, Access::Write)) = map.nearest(&at) {
+        if let Some((writable, Access::Write)) = map.nearest(&as_meant(path)) {
             return Err(ErrorObject::invalid_request(format!(
                 "sandbox deny path {} does not exist inside writable {}, so it cannot be kept hidden (it could be created); mark it optional to skip it",
                 path.display(),
@@ -255,6 +249,13 @@ fn kept_read_only(
         }
     }
     Ok(kept)
+}
+
+/// `path` with the links of its existing part resolved: where it is meant,
+/// whether or not it exists.
+fn as_meant(path: &Path) -> PathBuf {
+    let (existing, rest) = nearest_existing(path);
+    existing.join(rest)
 }
 
 /// The nearest existing ancestor of `path`, canonical, and the rest.
