@@ -44,7 +44,7 @@ pub(crate) use self::glob::Pattern;
 pub(crate) use self::handles::{HandleRules, Handles, MAX_BLOCK, MAX_HANDLE_ID};
 pub(crate) use self::nofollow::{refuse_links, Strict};
 use self::open::Located;
-pub(crate) use self::read::read_file;
+pub(crate) use self::read::{read_file, read_file_charged};
 pub(crate) use self::refusal::Refusal;
 pub(crate) use self::roots::{clean as clean_path, Roots};
 pub(crate) use self::rules::{FsRules, WalkRules};

@@ -52,10 +52,18 @@ impl Held {
         Held { permits, account: account.clone(), bytes }
     }
 
-    /// Adds `other`, taken from the same budgets in the same order.
+    /// Adds `other`: its permits join those of the same budget (a budget
+    /// this hold lacks is added to it).
     pub(crate) fn merge(&mut self, mut other: Held) {
-        for (mine, theirs) in self.permits.iter_mut().zip(other.permits.drain(..)) {
-            mine.merge(theirs);
+        for theirs in other.permits.drain(..) {
+            let same = self
+                .permits
+                .iter_mut()
+                .find(|mine| Arc::ptr_eq(mine.semaphore(), theirs.semaphore()));
+            match same {
+                Some(mine) => mine.merge(theirs),
+                None => self.permits.push(theirs),
+            }
         }
         self.bytes += other.bytes;
         other.bytes = 0;
@@ -82,5 +90,39 @@ impl Held {
 impl Drop for Held {
     fn drop(&mut self) {
         self.account.release(self.bytes);
+    }
+}
+
+/// The server-wide room (`--max-retained-bytes`) as one producer of lines
+/// sees it: a line is charged here from before its bytes are read until it
+/// has been written. A line larger than the whole room waits for all of it,
+/// so at most one such line is held at a time.
+#[derive(Clone)]
+pub(crate) struct ServerRoom {
+    room: Arc<Semaphore>,
+    size: usize,
+    account: Arc<Account>,
+}
+
+impl ServerRoom {
+    /// The room of the server whose account is `account` (`size` bytes).
+    pub(crate) fn new(account: Arc<Account>, size: usize) -> ServerRoom {
+        let room = account.tunnel_room(size);
+        let size = size.clamp(1, Semaphore::MAX_PERMITS).min(u32::MAX as usize);
+        ServerRoom { room, size, account }
+    }
+
+    /// Waits, on a blocking thread, for `bytes` (at most the whole room);
+    /// `None` once `gate` is closed (the connection went).
+    pub(crate) fn wait_blocking(&self, bytes: usize, gate: &Semaphore) -> Option<Held> {
+        let bytes = bytes.clamp(1, self.size);
+        let handle = tokio::runtime::Handle::try_current().ok()?;
+        let budgets = [&self.room];
+        handle.block_on(async {
+            tokio::select! {
+                held = Held::wait(&budgets, &self.account, bytes) => held,
+                _ = gate.acquire() => None,
+            }
+        })
     }
 }

@@ -10,10 +10,12 @@
 //! (`exchange`: name lookup, TCP, TLS, redirects) runs in the task.
 //!
 //! Bounds: [`MAX_HTTP_REQUESTS`] in flight per connection; a streamed body
-//! holds at most [`HTTP_STREAM_BUFFER`] bytes read and not yet handed to the
-//! outbox, a buffered one at most [`HTTP_BODY_LIMIT`]; every such byte is held
-//! in the server-wide room for buffers (shared with tunnels, sized by
-//! `--max-retained-bytes` and charged to the retention account); `timeoutMs`
+//! holds at most [`HTTP_STREAM_BUFFER`] bytes read and not yet written to the
+//! outbox, a buffered one at most [`HTTP_BODY_LIMIT`]; every such byte is held,
+//! at what its base64 costs on the wire, in the connection's share
+//! ([`CONNECTION_HTTP_BYTES`]) and the server-wide room for buffers (shared
+//! with tunnels, sized by `--max-retained-bytes` and charged to the retention
+//! account) until its line has been written to the transport; `timeoutMs`
 //! bounds the whole exchange, body included.
 
 mod connect;
@@ -28,8 +30,10 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 
 use self::task::{Event, Spec};
+use crate::hold::Held;
 use crate::process::Account;
 use crate::protocol::*;
+use crate::transport::Line;
 
 /// Requests in flight at once on one connection.
 pub const MAX_HTTP_REQUESTS: usize = 64;
@@ -41,6 +45,10 @@ pub const HTTP_STREAM_BUFFER: usize = 2 * HTTP_DELTA;
 pub const HTTP_BODY_LIMIT: usize = 32 * 1024 * 1024;
 /// Redirects followed with `redirectPolicy: follow`.
 pub const MAX_REDIRECTS: usize = 10;
+/// What one connection's requests may hold at once (of the server-wide room):
+/// one connection cannot starve the others. A buffered answer is charged its
+/// body and the body's base64 while it is made (at most 32 + 43 MiB).
+pub(crate) const CONNECTION_HTTP_BYTES: usize = 80 * 1024 * 1024;
 /// Events of a connection's requests waiting for its loop.
 const EVENT_QUEUE: usize = 64;
 
@@ -73,6 +81,10 @@ impl Drop for Entry {
 pub(crate) struct Requests {
     policy: HttpPolicy,
     room: Arc<Semaphore>,
+    /// The room's size (`--max-retained-bytes`).
+    room_bytes: usize,
+    /// This connection's share of the room.
+    share: Arc<Semaphore>,
     account: Arc<Account>,
     entries: HashMap<u64, Entry>,
     /// `requestId`s of the streams under way.
@@ -92,6 +104,8 @@ impl Requests {
         Requests {
             policy,
             room: account.tunnel_room(room_bytes),
+            room_bytes,
+            share: Arc::new(Semaphore::new(CONNECTION_HTTP_BYTES.min(room_bytes).max(1))),
             account,
             entries: HashMap::new(),
             streaming: HashSet::new(),
@@ -103,9 +117,7 @@ impl Requests {
 
     /// A fresh set for a new connection of the same session (requests never carry over).
     pub(crate) fn renewed(&self) -> Requests {
-        let mut fresh = Requests::new(self.policy, self.account.clone(), 0);
-        fresh.room = self.room.clone();
-        fresh
+        Requests::new(self.policy, self.account.clone(), self.room_bytes)
     }
 
     /// Whether no request is under way.
@@ -145,6 +157,8 @@ impl Requests {
             prepared,
             streamed,
             room: self.room.clone(),
+            room_bytes: self.room_bytes,
+            share: self.share.clone(),
             account: self.account.clone(),
         };
         let task = tokio::spawn(task::run(spec, self.events_tx.clone()));
@@ -165,15 +179,21 @@ impl Requests {
         }
     }
 
-    /// Applies one event: lines for the client go to `out`.
-    pub(crate) fn apply(&mut self, event: HttpEvent, out: &mut Vec<String>) {
+    /// Applies one event: lines for the client go to `out`, each with the
+    /// charge of its body until it is written.
+    pub(crate) fn apply(&mut self, event: HttpEvent, out: &mut Vec<Line>) {
         match event.0 {
             Event::Answered { serial, result, held } => {
                 let Some(entry) = self.entries.get_mut(&serial) else { return };
                 let Some(request) = entry.answer.take() else { return };
                 let failed = result.is_err();
-                out.push(encode_response(&request, &result));
-                drop(held);
+                let line = match &result {
+                    Ok(response) => encode_http_response(&request, response),
+                    Err(_) => encode_response(&request, &result),
+                };
+                drop(result);
+                let held = fit([&self.share, &self.room], &self.account, held, line.len());
+                out.push(Line::charged(line, held));
                 // A buffered request is over; a stream that failed before its head too.
                 if entry.stream.is_none() || failed {
                     self.forget(serial);
@@ -183,15 +203,16 @@ impl Requests {
                 let Some(entry) = self.entries.get_mut(&serial) else { return };
                 let Some((id, seq)) = entry.stream.as_mut() else { return };
                 *seq += 1;
-                out.push(encode_body_delta(id, *seq, &bytes, false, None));
-                // Handed to the outbox, which bounds what waits there.
-                drop(held);
+                let line = encode_body_delta(id, *seq, &bytes, false, None);
+                drop(bytes);
+                let held = fit([&self.share, &self.room], &self.account, Some(held), line.len());
+                out.push(Line::charged(line, held));
             }
             Event::Ended { serial, error } => {
                 let Some(entry) = self.entries.get_mut(&serial) else { return };
                 if let Some((id, seq)) = entry.stream.as_mut() {
                     *seq += 1;
-                    out.push(encode_body_delta(id, *seq, &[], true, error.as_deref()));
+                    out.push(encode_body_delta(id, *seq, &[], true, error.as_deref()).into());
                 }
                 self.forget(serial);
             }
@@ -201,14 +222,14 @@ impl Requests {
     /// The connection is ending: every request still under way is answered
     /// with an error, every stream ends with an error frame, and the tasks
     /// are aborted.
-    pub(crate) fn refuse_all(&mut self, out: &mut Vec<String>) {
+    pub(crate) fn refuse_all(&mut self, out: &mut Vec<Line>) {
         const WHY: &str = "the connection is ending";
         for (_, mut entry) in self.entries.drain() {
             if let Some(request) = entry.answer.take() {
                 let error = ErrorObject::internal(format!("http/request failed: {WHY}"));
-                out.push(encode_response::<Empty>(&request, &Err(error)));
+                out.push(encode_response::<Empty>(&request, &Err(error)).into());
             } else if let Some((id, seq)) = entry.stream.take() {
-                out.push(encode_body_delta(&id, seq + 1, &[], true, Some(WHY)));
+                out.push(encode_body_delta(&id, seq + 1, &[], true, Some(WHY)).into());
             }
         }
         self.streaming.clear();
@@ -221,4 +242,26 @@ impl Requests {
             }
         }
     }
+}
+
+/// A body's charge made the size of its line: what the base64 of the
+/// body was charged beyond it is given back, and the JSON around it
+/// (status, headers, ids: small) is added when the budgets have it.
+fn fit(
+    budgets: [&Arc<Semaphore>; 2],
+    account: &Arc<Account>,
+    held: Option<Held>,
+    line: usize,
+) -> Option<Held> {
+    let mut held = held?;
+    match line.checked_sub(held.bytes()) {
+        Some(0) => {}
+        Some(more) => {
+            if let Some(more) = Held::try_take(&budgets, account, more) {
+                held.merge(more);
+            }
+        }
+        None => held.shrink_to(line),
+    }
+    Some(held)
 }

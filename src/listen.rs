@@ -24,7 +24,7 @@ mod unix;
 mod ws;
 
 pub(crate) use self::auth::parse_sha256;
-pub use self::auth::{sign_hs256, Auth, SignedBearer, DEFAULT_CLOCK_SKEW};
+pub use self::auth::{sign_hs256, Auth, SignedBearer, DEFAULT_CLOCK_SKEW, MIN_SHARED_SECRET_BYTES};
 
 pub use self::unix::{bind as bind_unix, UnixSocket};
 pub(crate) use self::unix::{

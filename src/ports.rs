@@ -19,6 +19,7 @@ use crate::protocol::{
     encode_notification, encode_response, ErrorObject, ListeningPort, PortsChanged,
     PortsChangedParams, PortsResult, RequestId,
 };
+use crate::transport::Line;
 
 /// How often a watched session's ports are looked at.
 pub const PORTS_POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -131,7 +132,7 @@ impl Ports {
         &mut self,
         wake: PortsWake,
         roster: impl FnOnce() -> Vec<(String, Session)>,
-        out: &mut Vec<String>,
+        out: &mut Vec<Line>,
     ) {
         match wake {
             PortsWake::Poll => {
@@ -151,7 +152,7 @@ impl Ports {
             }
             PortsWake::Reply => {
                 if let (Some(request), Some(result)) = (self.replying.pop_front(), &self.result) {
-                    out.push(reply(&request, result));
+                    out.push(reply(&request, result).into());
                 }
                 self.after_replies(roster);
             }
@@ -179,7 +180,7 @@ impl Ports {
     }
 
     /// `ports/changed` with the difference from the last report, if any.
-    fn report(&mut self, ports: Vec<ListeningPort>, out: &mut Vec<String>) {
+    fn report(&mut self, ports: Vec<ListeningPort>, out: &mut Vec<Line>) {
         let now: BTreeSet<ListeningPort> = ports.into_iter().collect();
         let before = self.known.take().unwrap_or_default();
         let mut opened: Vec<_> = now.difference(&before).cloned().collect();
@@ -189,7 +190,7 @@ impl Ports {
         }
         if !opened.is_empty() || !closed.is_empty() {
             let params = PortsChangedParams { opened, closed };
-            out.push(encode_notification::<PortsChanged>(&params, 256));
+            out.push(encode_notification::<PortsChanged>(&params, 256).into());
         }
         self.known = Some(now);
     }
@@ -232,6 +233,6 @@ mod tests {
             ports.on_wake(wake, Vec::new, &mut out);
         }
         assert_eq!(out.len(), MAX_WAITING_LISTS);
-        assert_eq!(out[0], r#"{"id":0,"result":{"ports":[]}}"#);
+        assert_eq!(out[0].text(), r#"{"id":0,"result":{"ports":[]}}"#);
     }
 }

@@ -44,10 +44,11 @@ use self::tree::Session;
 pub(crate) use self::watcher::run_if_watcher;
 use crate::fs::Roots;
 use crate::protocol::{
-    encode_response, ErrorObject, ListResult, ReadParams, ReadResult, ResizeParams, RunningResult,
+    encode_response, ErrorObject, ListResult, ReadParams, ResizeParams, RunningResult,
     SignalParams, StartParams, StartResult, TerminateParams, WriteParams, WriteResult, WriteStatus,
 };
 use crate::sandbox;
+use crate::transport::Line;
 
 pub(crate) use self::output::RETAINED_BYTES;
 pub(crate) use self::output::{Account, Charge, OutputLog};
@@ -119,7 +120,8 @@ pub(crate) struct Limits {
 
 /// The answer to `process/read`: now, or later when output, exit or the deadline comes.
 pub(crate) enum ReadOutcome {
-    Ready(ReadResult),
+    /// The encoded answer, charged until written.
+    Ready(Line),
     Parked,
 }
 
@@ -445,7 +447,7 @@ impl ProcessTable {
                 self.parked_by_process.entry(serial).or_default().insert(wait_id);
                 Ok(ReadOutcome::Parked)
             }
-            _ => Ok(ReadOutcome::Ready(entry.read(&params))),
+            _ => Ok(ReadOutcome::Ready(self.read_reply(&request, Ok(entry), &params))),
         }
     }
 
@@ -596,7 +598,7 @@ impl ProcessTable {
     }
 
     /// Applies one event from a process task.
-    pub(crate) fn on_event(&mut self, event: ProcEvent, now: Instant, out: &mut Vec<String>) {
+    pub(crate) fn on_event(&mut self, event: ProcEvent, now: Instant, out: &mut Vec<Line>) {
         let serial = match &event {
             ProcEvent::Output { serial, .. }
             | ProcEvent::StreamEnd { serial }
@@ -606,7 +608,7 @@ impl ProcessTable {
         let Some(entry) = self.entries.get_mut(&id) else { return };
         match event {
             ProcEvent::Output { stream, bytes, .. } => {
-                out.push(entry.push_output(stream, bytes));
+                out.push(entry.push_output(stream, bytes).into());
                 self.keep_retention_budgets(serial);
                 self.wake(serial, out);
             }
@@ -695,7 +697,7 @@ impl ProcessTable {
     }
 
     /// Fires every timer due at `now`.
-    pub(crate) fn on_timers(&mut self, now: Instant, out: &mut Vec<String>) {
+    pub(crate) fn on_timers(&mut self, now: Instant, out: &mut Vec<Line>) {
         while let Some(timer) = self.timers.pop_due(now) {
             match timer {
                 Timer::ReadDeadline(wait_id) => {
@@ -788,7 +790,7 @@ impl ProcessTable {
     }
 
     /// Answers every parked read with what there is now.
-    pub(crate) fn answer_all_parked(&mut self, out: &mut Vec<String>) {
+    pub(crate) fn answer_all_parked(&mut self, out: &mut Vec<Line>) {
         let mut waits: Vec<u64> = self.parked.keys().copied().collect();
         waits.sort_unstable();
         for wait_id in waits {
@@ -820,7 +822,7 @@ impl ProcessTable {
     }
 
     /// Sends `process/exited` and `process/closed` when due; forgets the entry when done.
-    fn settle(&mut self, id: &str, now: Instant, out: &mut Vec<String>) {
+    fn settle(&mut self, id: &str, now: Instant, out: &mut Vec<Line>) {
         let Some(entry) = self.entries.get_mut(id) else { return };
         let settled = entry.settle(now, EXIT_DRAIN, self.limits.reservation, out);
         let serial = entry.serial;
@@ -875,7 +877,7 @@ impl ProcessTable {
     }
 
     /// Answers the parked reads of `serial` that now have something to return.
-    fn wake(&mut self, serial: u64, out: &mut Vec<String>) {
+    fn wake(&mut self, serial: u64, out: &mut Vec<Line>) {
         let Some(waits) = self.parked_by_process.get(&serial) else { return };
         let Some(entry) = self.entry_by_serial(serial) else { return };
         let ready: Vec<u64> = waits
@@ -894,12 +896,32 @@ impl ProcessTable {
         }
     }
 
-    fn answer(&self, parked: ParkedRead, out: &mut Vec<String>) {
-        let result = self
-            .entry_by_serial(parked.serial)
-            .map(|entry| entry.read(&parked.params))
-            .ok_or_else(|| unknown(&parked.params.process_id));
-        out.push(encode_response(&parked.request, &result));
+    fn answer(&self, parked: ParkedRead, out: &mut Vec<Line>) {
+        let entry =
+            self.entry_by_serial(parked.serial).ok_or_else(|| unknown(&parked.params.process_id));
+        out.push(self.read_reply(&parked.request, entry, &parked.params));
+    }
+
+    /// A `process/read` answer, charged to the server-wide room until it is
+    /// written: the page is cut to what the room has free (as `maxBytes`
+    /// would cut it; the first chunk always goes, so a full room still
+    /// answers with one chunk, uncharged where the room lacks it).
+    fn read_reply(
+        &self,
+        request: &crate::protocol::RequestId,
+        entry: Result<&Entry, ErrorObject>,
+        params: &ReadParams,
+    ) -> Line {
+        let room = self.account.tunnel_room(self.limits.server_retained);
+        let result = entry.map(|entry| {
+            // base64 is 4/3 of the bytes; the JSON of each chunk about 64 more.
+            let free = (room.available_permits() / 4 * 3) as u64;
+            let max_bytes = Some(params.max_bytes.map_or(free, |asked| asked.min(free)));
+            entry.read(&ReadParams { max_bytes, ..params.clone() })
+        });
+        let line = encode_response(request, &result);
+        let held = crate::hold::Held::try_take(&[&room], &self.account, line.len());
+        Line::charged(line, held)
     }
 }
 

@@ -18,6 +18,8 @@ use serde_json::Value;
 #[cfg(feature = "server")]
 pub(crate) use http_types::encode_body_delta;
 pub use methods::*;
+#[cfg(feature = "server")]
+pub(crate) use strict::from_str as strict_json;
 
 /// Largest read `fs/readFile` returns: 512 MiB.
 pub const READ_LIMIT: u64 = 512 * 1024 * 1024;
@@ -444,6 +446,19 @@ pub(crate) fn encode_tunnel_data(tunnel_id: &str, seq: u64, bytes: &[u8]) -> Str
 pub(crate) fn encode_read_file(id: &RequestId, data: &[u8]) -> String {
     let id = serde_json::to_string(id).expect("an id always serializes");
     line_with_base64(&format!(r#"{{"id":{id},"result":{{"dataBase64":""#), data, r#""}}"#)
+}
+
+/// Encodes an `http/request` answer with its body straight into the line
+/// (no base64 string beside it); the same text [`encode_response`] makes.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
+pub(crate) fn encode_http_response(id: &RequestId, response: &HttpResponse) -> String {
+    let empty = response.clone_head();
+    let whole = encode_response(id, &Ok::<_, ErrorObject>(empty));
+    // `bodyBase64` is the last member: the line ends with `""}}`.
+    match whole.strip_suffix(r#""}}"#) {
+        Some(head) => line_with_base64(head, &response.body_base64.0, r#""}}"#),
+        None => whole,
+    }
 }
 
 /// `head`, the base64 of `bytes` encoded straight into the line, then `tail`.

@@ -19,7 +19,8 @@ mod session;
 pub use crate::listen::{
     bind_unix, listen, listen_unix, sign_hs256, Auth, ListenOptions, SignedBearer, UnixSocket,
     DEFAULT_CLOCK_SKEW, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_DETACHED_SESSIONS,
-    DEFAULT_SESSION_TTL, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES, MESSAGE_BUDGET, PING_INTERVAL,
+    DEFAULT_SESSION_TTL, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES, MESSAGE_BUDGET,
+    MIN_SHARED_SECRET_BYTES, PING_INTERVAL,
 };
 
 use std::future::Future;
@@ -44,7 +45,7 @@ pub use crate::tunnel::{
 use self::link::Link;
 use self::session::Session;
 use crate::fs::Roots;
-use crate::transport::{self, Incoming};
+use crate::transport::{self, Incoming, Line};
 
 /// Default `--max-message-bytes`: 64 MiB.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -159,7 +160,7 @@ where
 /// encoded lines out, and the two tasks that own the real stream.
 pub(crate) struct Channels {
     pub(crate) incoming: mpsc::Receiver<Incoming>,
-    pub(crate) outgoing: mpsc::Sender<String>,
+    pub(crate) outgoing: mpsc::Sender<Line>,
     pub(crate) reader: JoinHandle<()>,
     pub(crate) writer: JoinHandle<io::Result<()>>,
     /// Fires when the input has ended while lines before its end still wait

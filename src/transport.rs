@@ -192,7 +192,7 @@ fn release_if_idle(line: &mut Vec<u8>) {
 /// Returns the heap's free memory to the system (glibc keeps up to 32 MiB of
 /// it for reuse in the binary, see `cli`); a no-op elsewhere.
 #[cfg_attr(not(feature = "server"), allow(dead_code))]
-fn give_back_memory() {
+pub(crate) fn give_back_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only gives free pages back; it touches no live allocation.
     unsafe {
@@ -200,14 +200,109 @@ fn give_back_memory() {
     }
 }
 
+/// One encoded message on its way to the writer, with the bytes it holds in
+/// the server-wide room: the charge is given back when the line is dropped,
+/// which the writer does once the line is written (or the output is gone).
+#[derive(Default)]
+pub(crate) struct Line {
+    text: String,
+    #[cfg(feature = "server")]
+    _held: Option<crate::hold::Held>,
+}
+
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
+impl Line {
+    /// A line whose memory `held` charges until it is written.
+    #[cfg(feature = "server")]
+    pub(crate) fn charged(text: String, held: Option<crate::hold::Held>) -> Line {
+        Line { text, _held: held }
+    }
+
+    pub(crate) fn text(&self) -> &str {
+        &self.text
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.text.len()
+    }
+}
+
+/// A line this large gives the heap's free memory back when it is dropped:
+/// what held it must not stay resident once its charge is released.
+const LARGE_LINE: usize = 1024 * 1024;
+
+impl Drop for Line {
+    fn drop(&mut self) {
+        if self.text.capacity() >= LARGE_LINE {
+            drop(std::mem::take(&mut self.text));
+            give_back_memory();
+        }
+    }
+}
+
+impl From<String> for Line {
+    fn from(text: String) -> Line {
+        Line {
+            text,
+            #[cfg(feature = "server")]
+            _held: None,
+        }
+    }
+}
+
+impl std::ops::Deref for Line {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.text
+    }
+}
+
+impl PartialEq<String> for Line {
+    fn eq(&self, other: &String) -> bool {
+        self.text == *other
+    }
+}
+
+impl PartialEq<&str> for Line {
+    fn eq(&self, other: &&str) -> bool {
+        self.text == *other
+    }
+}
+
+impl std::fmt::Debug for Line {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// What the writer task takes: a line's text, to which it appends `\n`.
+pub(crate) trait WireLine: Send + 'static {
+    fn text_mut(&mut self) -> &mut String;
+}
+
+impl WireLine for String {
+    fn text_mut(&mut self) -> &mut String {
+        self
+    }
+}
+
+impl WireLine for Line {
+    fn text_mut(&mut self) -> &mut String {
+        &mut self.text
+    }
+}
+
 /// Spawns the task that owns `writer`: it writes each line with `\n` and
 /// flushes whenever its queue is empty, so no message waits in a buffer.
-/// It ends when every sender is dropped, after flushing.
-pub(crate) fn spawn_writer<W>(mut writer: W) -> (mpsc::Sender<String>, JoinHandle<io::Result<()>>)
+/// A line (and its charge) is dropped once written. It ends when every
+/// sender is dropped, after flushing.
+pub(crate) fn spawn_writer<W, L>(mut writer: W) -> (mpsc::Sender<L>, JoinHandle<io::Result<()>>)
 where
     W: AsyncWrite + Unpin + Send + 'static,
+    L: WireLine,
 {
-    let (tx, mut rx) = mpsc::channel::<String>(4);
+    let (tx, mut rx) = mpsc::channel::<L>(4);
     let task = tokio::spawn(async move {
         while let Some(line) = rx.recv().await {
             write_line(&mut writer, line).await?;
@@ -224,9 +319,13 @@ where
 
 /// Writes `line` and its `\n` in one write (the large lines are made with
 /// room for it), so a reader is woken once per line.
-async fn write_line<W: AsyncWrite + Unpin>(writer: &mut W, mut line: String) -> io::Result<()> {
-    line.push('\n');
-    writer.write_all(line.as_bytes()).await
+async fn write_line<W: AsyncWrite + Unpin, L: WireLine>(
+    writer: &mut W,
+    mut line: L,
+) -> io::Result<()> {
+    let text = line.text_mut();
+    text.push('\n');
+    writer.write_all(text.as_bytes()).await
 }
 
 /// A random session id in the form of a version 4 UUID.
@@ -346,7 +445,7 @@ mod tests {
     async fn writer_flushes_a_line_without_waiting_for_more() {
         let (client, server) = tokio::io::duplex(1024);
         // A buffered writer: without the flush, the line would sit in its buffer.
-        let (tx, _task) = spawn_writer(tokio::io::BufWriter::new(server));
+        let (tx, _task) = spawn_writer::<_, String>(tokio::io::BufWriter::new(server));
         tx.send("{\"id\":1}".into()).await.unwrap();
         let mut lines = tokio::io::BufReader::new(client).lines();
         let line = tokio::time::timeout(std::time::Duration::from_secs(10), lines.next_line());
@@ -357,7 +456,7 @@ mod tests {
     #[tokio::test]
     async fn writer_writes_every_line_in_order() {
         let (client, server) = tokio::io::duplex(1024);
-        let (tx, task) = spawn_writer(server);
+        let (tx, task) = spawn_writer::<_, String>(server);
         tx.send("{\"id\":1}".into()).await.unwrap();
         tx.send("{\"id\":2}".into()).await.unwrap();
         drop(tx);

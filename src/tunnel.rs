@@ -31,6 +31,7 @@ use self::room::Room;
 use self::task::{Event, Spec, Write};
 use crate::process::Account;
 use crate::protocol::*;
+use crate::transport::Line;
 
 /// Bytes of `tunnel/data` a tunnel sends before the client acknowledges them.
 pub const TUNNEL_WINDOW: usize = 1024 * 1024;
@@ -208,7 +209,7 @@ impl Tunnels {
     pub(crate) fn close(
         &mut self,
         tunnel_id: &str,
-        out: &mut Vec<String>,
+        out: &mut Vec<Line>,
     ) -> Result<(), ErrorObject> {
         let entry = self.entries.remove(tunnel_id).ok_or_else(|| unknown(tunnel_id))?;
         self.ids.remove(&entry.serial);
@@ -249,7 +250,7 @@ impl Tunnels {
     }
 
     /// Applies one event: lines for the client go to `out`.
-    pub(crate) fn apply(&mut self, event: TunnelEvent, out: &mut Vec<String>) {
+    pub(crate) fn apply(&mut self, event: TunnelEvent, out: &mut Vec<Line>) {
         let serial = match &event.0 {
             Event::Connected { serial, .. }
             | Event::Data { serial, .. }
@@ -263,7 +264,7 @@ impl Tunnels {
             Event::Connected { result, .. } => {
                 let Some(request) = entry.opening.take() else { return };
                 let failed = result.is_err();
-                out.push(encode_response(&request, &result.map(|()| Empty {})));
+                out.push(encode_response(&request, &result.map(|()| Empty {})).into());
                 if failed {
                     tracing::debug!(tunnel = %id, "tunnel did not open");
                     // Writes sent before the open was answered fail with it.
@@ -274,9 +275,8 @@ impl Tunnels {
             }
             Event::Data { line, size, held, .. } => {
                 entry.unacked += size;
-                out.push(line);
-                // Handed to the outbox, which bounds what waits there.
-                drop(held);
+                // Charged until the writer has written it.
+                out.push(Line::charged(line, Some(held)));
             }
             Event::Written { result, .. } => {
                 let Some((request, size)) = entry.pending.pop_front() else { return };
@@ -287,14 +287,14 @@ impl Tunnels {
                         entry.shown
                     ))
                 });
-                out.push(encode_response(&request, &result));
+                out.push(encode_response(&request, &result).into());
             }
             Event::Ended { reason, message, .. } => {
                 if let Some(entry) = self.forget(&id) {
                     refuse_waiting(&id, entry, "it ended", out);
                 }
                 let closed = TunnelClosedParams { tunnel_id: id, reason, message };
-                out.push(encode_notification::<TunnelClosed>(&closed, 128));
+                out.push(encode_notification::<TunnelClosed>(&closed, 128).into());
             }
         }
     }
@@ -307,14 +307,14 @@ impl Tunnels {
 }
 
 /// Errors for the open and the writes that waited on a tunnel that is gone.
-fn refuse_waiting(id: &str, mut entry: Entry, why: &str, out: &mut Vec<String>) {
+fn refuse_waiting(id: &str, mut entry: Entry, why: &str, out: &mut Vec<Line>) {
     if let Some(request) = entry.opening.take() {
         let error = ErrorObject::invalid_request(format!("tunnel {id} did not open: {why}"));
-        out.push(encode_response::<Empty>(&request, &Err(error)));
+        out.push(encode_response::<Empty>(&request, &Err(error)).into());
     }
     for (request, _) in entry.pending.drain(..) {
         let error = ErrorObject::invalid_request(format!("tunnel {id} was not written: {why}"));
-        out.push(encode_response::<Empty>(&request, &Err(error)));
+        out.push(encode_response::<Empty>(&request, &Err(error)).into());
     }
 }
 

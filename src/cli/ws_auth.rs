@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use crate::listen::{parse_sha256, Auth, SignedBearer};
+use crate::listen::{parse_sha256, Auth, SignedBearer, MIN_SHARED_SECRET_BYTES};
 
 /// The flags, as clap reads them.
 #[derive(Debug, Default, Args)]
@@ -98,6 +98,13 @@ impl WsAuthFlags {
                     return Err("--ws-auth signed-bearer-token needs --ws-shared-secret-file FILE".to_owned());
                 };
                 let secret = read_secret(file, "--ws-shared-secret-file")?;
+                if secret.len() < MIN_SHARED_SECRET_BYTES {
+                    return Err(format!(
+                        "--ws-shared-secret-file {}: the secret is {} bytes; an HS256 key needs at least {MIN_SHARED_SECRET_BYTES} (256 bits, RFC 7518 section 3.2)",
+                        file.display(),
+                        secret.len()
+                    ));
+                }
                 let skew = self.ws_max_clock_skew_seconds.map(Duration::from_secs);
                 Ok(Auth::Signed(SignedBearer {
                     secret: secret.into_bytes(),

@@ -7,7 +7,7 @@ use super::error::{invalid_input, io_error, FsOp};
 use super::open::Located;
 use super::refusal::Refusal;
 use super::{kind, sys, too_large, Roots, READ_LIMIT};
-use crate::protocol::{Base64, ReadFileParams, ReadFileResult};
+use crate::protocol::{Base64, ErrorObject, ReadFileParams, ReadFileResult};
 
 /// Opens what `located` names for reading, once it is known to be a regular
 /// file (checked on an `O_PATH` descriptor first, so a FIFO never blocks the
@@ -34,6 +34,16 @@ pub(crate) fn open_regular(
 /// Reads the whole file or `offset..offset+length`. A final symlink is followed
 /// unless `followSymlinks` is false, in which case it is refused as not a regular file.
 pub(crate) fn read_file(roots: &Roots, params: ReadFileParams) -> Result<ReadFileResult, Refusal> {
+    read_file_charged(roots, params, &mut |_| Ok(()))
+}
+
+/// [`read_file`], calling `reserve` with the bytes it will hold before it
+/// reads them (a pseudo-file, whose size is known only by reading, after).
+pub(crate) fn read_file_charged(
+    roots: &Roots,
+    params: ReadFileParams,
+    reserve: &mut dyn FnMut(u64) -> Result<(), ErrorObject>,
+) -> Result<ReadFileResult, Refusal> {
     let op = FsOp::Read;
     let located = roots.locate(&params.path)?;
     let path = located.path();
@@ -61,12 +71,18 @@ pub(crate) fn read_file(roots: &Roots, params: ReadFileParams) -> Result<ReadFil
         }
     }
     let expected = if sized { wanted } else { 0 };
+    if sized {
+        reserve(wanted)?;
+    }
     let mut data = Vec::with_capacity(usize::try_from(expected).unwrap_or(0));
     // One byte more than allowed tells a file that grew past the limit.
     let cap = wanted.min(READ_LIMIT + 1);
     file.take(cap).read_to_end(&mut data).map_err(io_error(op, path))?;
     if data.len() as u64 > READ_LIMIT {
         return Err(too_large().into());
+    }
+    if !sized {
+        reserve(data.len() as u64)?;
     }
     Ok(ReadFileResult { data_base64: Base64(data) })
 }

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::exchange;
 use super::prepare::Prepared;
-use super::{HTTP_BODY_LIMIT, HTTP_DELTA, HTTP_STREAM_BUFFER};
+use super::{CONNECTION_HTTP_BYTES, HTTP_BODY_LIMIT, HTTP_DELTA, HTTP_STREAM_BUFFER};
 use crate::hold::Held;
 use crate::process::Account;
 use crate::protocol::{Base64, ErrorObject, HttpHeader, HttpResponse};
@@ -39,7 +39,17 @@ pub(super) struct Spec {
     pub(super) prepared: Prepared,
     pub(super) streamed: bool,
     pub(super) room: Arc<Semaphore>,
+    /// The room's size, to tell a body that can never fit from a full room.
+    pub(super) room_bytes: usize,
+    /// The connection's share of the room.
+    pub(super) share: Arc<Semaphore>,
     pub(super) account: Arc<Account>,
+}
+
+/// What `n` bytes cost as base64 on the wire. A body is charged piece by
+/// piece at this rate, which is never less than the base64 of the whole.
+pub(super) fn wire_cost(n: usize) -> usize {
+    n.div_ceil(3) * 4
 }
 
 pub(super) async fn run(spec: Spec, events: mpsc::Sender<Event>) {
@@ -59,6 +69,10 @@ pub(super) async fn run(spec: Spec, events: mpsc::Sender<Event>) {
     let headers = response_headers(&head.headers);
     if !spec.streamed {
         let read = deadline.bound(read_whole(body, &spec)).await.and_then(|read| read);
+        if read.is_err() {
+            // What the body held is free: give it back before the next request.
+            crate::transport::give_back_memory();
+        }
         let (result, held) = match read {
             Ok((bytes, held)) => {
                 (Ok(HttpResponse { status, headers, body_base64: Base64(bytes) }), held)
@@ -81,9 +95,17 @@ pub(super) async fn run(spec: Spec, events: mpsc::Sender<Event>) {
     let _ = events.send(Event::Ended { serial, error }).await;
 }
 
-/// The whole body, charged to the server's room as it arrives.
+/// The whole body, charged to the connection's share and the server's room,
+/// as it arrives, for itself and its base64 (both are in memory while the
+/// answer is made; the loop then keeps only the line's charge). The answer cannot wait for room while
+/// it holds part of it (two such answers could each wait for the other), so
+/// a full room refuses it.
 async fn read_whole(mut body: Incoming, spec: &Spec) -> Result<(Vec<u8>, Option<Held>), String> {
-    let mut bytes = Vec::new();
+    use hyper::body::Body as _;
+    // Sized once from Content-Length (pages are touched only as bytes come):
+    // no copies as it grows, no freed blocks left behind in the heap.
+    let expected = body.size_hint().exact().map_or(0, |n| usize::try_from(n).unwrap_or(0));
+    let mut bytes = Vec::with_capacity(expected.min(HTTP_BODY_LIMIT));
     let mut held: Option<Held> = None;
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame.map_err(|e| e.to_string())?.into_data() else { continue };
@@ -92,8 +114,23 @@ async fn read_whole(mut body: Incoming, spec: &Spec) -> Result<(Vec<u8>, Option<
                 "the body is larger than {HTTP_BODY_LIMIT} bytes, the most a buffered request answers with (set streamResponse)"
             ));
         }
-        let more = Held::try_take(&[&spec.room], &spec.account, data.len())
-            .ok_or("the server's buffers are full (--max-retained-bytes); retry later")?;
+        // Until the answer is made, the bytes and their base64 are both in memory.
+        let cost = data.len() + wire_cost(data.len());
+        let Some(more) = Held::try_take(&[&spec.share, &spec.room], &spec.account, cost) else {
+            let needed = held.as_ref().map_or(0, Held::bytes) + cost;
+            let share = CONNECTION_HTTP_BYTES.min(spec.room_bytes);
+            return Err(if needed > share {
+                format!(
+                    "the answer needs more than {share} bytes held until it is written, the most one connection may hold (--max-retained-bytes {}, at most {CONNECTION_HTTP_BYTES} per connection); set streamResponse",
+                    spec.room_bytes
+                )
+            } else {
+                format!(
+                    "the server's room for held bytes is full (--max-retained-bytes {}, at most {share} per connection) until answers already made are read; retry later or set streamResponse",
+                    spec.room_bytes
+                )
+            });
+        };
         match held.as_mut() {
             Some(held) => held.merge(more),
             None => held = Some(more),
@@ -110,7 +147,7 @@ async fn stream(
     deadline: &Deadline,
     events: &mpsc::Sender<Event>,
 ) -> Result<(), String> {
-    let own = Arc::new(Semaphore::new(HTTP_STREAM_BUFFER));
+    let own = Arc::new(Semaphore::new(wire_cost(HTTP_STREAM_BUFFER)));
     let mut pending: Vec<u8> = Vec::new();
     let mut pending_held: Option<Held> = None;
     loop {
@@ -143,10 +180,22 @@ async fn stream(
         };
         let Ok(data) = frame.into_data() else { continue };
         for piece in data.chunks(HTTP_DELTA) {
-            let held = deadline
-                .bound(Held::wait(&[&own, &spec.room], &spec.account, piece.len()))
-                .await?
-                .ok_or("the server's buffers were closed")?;
+            let budgets = [&own, &spec.share, &spec.room];
+            // A room smaller than one piece is taken whole (never waited for in vain).
+            let cost =
+                wire_cost(piece.len()).min(CONNECTION_HTTP_BYTES.min(spec.room_bytes).max(1));
+            let held = match Held::try_take(&budgets, &spec.account, cost) {
+                Some(held) => held,
+                None => {
+                    // Nothing is held while waiting: what is pending goes first.
+                    let all = pending.len();
+                    deliver(spec, &mut pending, &mut pending_held, all, deadline, events).await?;
+                    deadline
+                        .bound(Held::wait(&budgets, &spec.account, cost))
+                        .await?
+                        .ok_or("the server's buffers were closed")?
+                }
+            };
             match pending_held.as_mut() {
                 Some(pending_held) => pending_held.merge(held),
                 None => pending_held = Some(held),
@@ -175,7 +224,7 @@ async fn deliver(
     let rest = pending.split_off(bytes);
     let delta = std::mem::replace(pending, rest);
     let held = match pending_held.as_mut() {
-        Some(all) if all.bytes() > bytes => all.split_off(bytes),
+        Some(all) if all.bytes() > wire_cost(bytes) => all.split_off(wire_cost(bytes)),
         _ => pending_held.take().ok_or("a delta without its charge")?,
     };
     let event = Event::Delta { serial: spec.serial, bytes: delta, held };

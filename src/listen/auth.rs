@@ -10,8 +10,11 @@ use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
-/// The largest `exp` or `nbf` taken: 2^53 seconds, what a JSON number holds exactly.
-const MAX_SECONDS: f64 = 9_007_199_254_740_992.0;
+/// The largest `exp`, `nbf` or `iat` taken: 2^53 seconds, what a JSON number holds exactly.
+const MAX_SECONDS: u64 = 1 << 53;
+
+/// The shortest `--ws-shared-secret-file` secret: an HS256 key of 256 bits (RFC 7518 §3.2).
+pub const MIN_SHARED_SECRET_BYTES: usize = 32;
 
 /// Upstream's default `--ws-max-clock-skew-seconds`.
 pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(30);
@@ -105,12 +108,23 @@ impl SignedBearer {
             return Err("the bearer token is not a JWT");
         };
         let decode = |part: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(part);
-        let header: serde_json::Value = decode(header)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-            .ok_or("the bearer token's header is not base64url JSON")?;
+        // Strictly: a member named twice refuses the token (readers differ on which counts).
+        let json = |bytes: Vec<u8>| -> Result<serde_json::Value, bool> {
+            let text = String::from_utf8(bytes).map_err(|_| false)?;
+            crate::protocol::strict_json(&text)
+                .map_err(|e| e.to_string().starts_with("duplicate key"))
+        };
+        let header = match decode(header).map_err(|_| false).and_then(json) {
+            Ok(serde_json::Value::Object(header)) => header,
+            Err(true) => return Err("the bearer token's header names a member twice"),
+            _ => return Err("the bearer token's header is not base64url JSON"),
+        };
         if header.get("alg").and_then(|a| a.as_str()) != Some("HS256") {
             return Err("the bearer token is not signed with HS256");
+        }
+        // RFC 7515 §4.1.11: an extension the server does not know refuses the token.
+        if header.contains_key("crit") {
+            return Err("the bearer token's header has crit (no extension is supported)");
         }
         let signature =
             decode(signature).map_err(|_| "the bearer token's signature is not base64url")?;
@@ -119,32 +133,32 @@ impl SignedBearer {
         let signed_len = token.len() - signature_len(token);
         mac.update(&token.as_bytes()[..signed_len]);
         mac.verify_slice(&signature).map_err(|_| "the bearer token's signature is not valid")?;
-        let claims: serde_json::Value = decode(payload)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-            .ok_or("the bearer token's claims are not base64url JSON")?;
-        let skew = self.max_clock_skew.as_secs();
-        // Whole seconds a JSON number can hold exactly (so `1e300` is no "never").
-        let seconds = |v: &serde_json::Value| {
-            v.as_u64()
-                .or_else(|| {
-                    v.as_f64()
-                        .filter(|n| n.fract() == 0.0 && (0.0..=MAX_SECONDS).contains(n))
-                        .map(|n| n as u64)
-                })
-                .filter(|n| *n as f64 <= MAX_SECONDS)
+        let claims = match decode(payload).map_err(|_| false).and_then(json) {
+            Ok(serde_json::Value::Object(claims)) => claims,
+            Err(true) => return Err("the bearer token's claims name a member twice"),
+            _ => return Err("the bearer token's claims are not base64url JSON"),
         };
+        let skew = self.max_clock_skew.as_secs();
+        // JSON integers in 0..=2^53 (so `1e300` is no "never", and no float rounds).
+        let seconds = |v: &serde_json::Value| v.as_u64().filter(|n| *n <= MAX_SECONDS);
         let number = |name: &str| claims.get(name).map(seconds);
+        if let Some(None) = number("iat") {
+            return Err("the bearer token's iat is not a whole number of seconds in 0..=2^53");
+        }
         match number("exp") {
             None => return Err("the bearer token has no exp"),
-            Some(None) => return Err("the bearer token's exp is not a number of seconds"),
+            Some(None) => {
+                return Err("the bearer token's exp is not a whole number of seconds in 0..=2^53")
+            }
             Some(Some(exp)) if now > exp.saturating_add(skew) => {
                 return Err("the bearer token has expired")
             }
             Some(Some(_)) => {}
         }
         match number("nbf") {
-            Some(None) => return Err("the bearer token's nbf is not a number of seconds"),
+            Some(None) => {
+                return Err("the bearer token's nbf is not a whole number of seconds in 0..=2^53")
+            }
             Some(Some(nbf)) if now.saturating_add(skew) < nbf => {
                 return Err("the bearer token is not valid yet (nbf)")
             }
@@ -262,7 +276,48 @@ mod tests {
         assert_eq!(check(&json!({"exp": now - 29}), b"shared", &signed(None, None)), Ok(()));
         assert_eq!(
             check(&json!({"exp": 1e300}), b"shared", &signed(None, None)),
-            Err("the bearer token's exp is not a number of seconds")
+            Err("the bearer token's exp is not a whole number of seconds in 0..=2^53")
+        );
+        let raw = |header: &str, claims: &str| {
+            let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+            let signed = format!("{}.{}", engine.encode(header), engine.encode(claims));
+            let mut mac = Hmac::<Sha256>::new_from_slice(b"shared").unwrap();
+            mac.update(signed.as_bytes());
+            format!("{signed}.{}", engine.encode(mac.finalize().into_bytes()))
+        };
+        let plain = signed(None, None);
+        let header = r#"{"alg":"HS256"}"#;
+        assert_eq!(plain.check(&raw(header, &format!(r#"{{"exp":{}}}"#, now + 60)), now), Ok(()));
+        assert_eq!(
+            plain.check(
+                &raw(r#"{"alg":"HS256","crit":["b64"],"b64":false}"#, r#"{"exp":1900000000}"#),
+                now
+            ),
+            Err("the bearer token's header has crit (no extension is supported)")
+        );
+        assert_eq!(
+            plain.check(&raw(r#"{"alg":"none","alg":"HS256"}"#, r#"{"exp":1900000000}"#), now),
+            Err("the bearer token's header names a member twice")
+        );
+        assert_eq!(
+            plain.check(&raw(header, r#"{"exp":1,"exp":1900000000}"#), now),
+            Err("the bearer token's claims name a member twice")
+        );
+        for exp in ["9007199254740993", "1900000000.0", "1.9e9", "-1", "\"1900000000\""] {
+            assert_eq!(
+                plain.check(&raw(header, &format!(r#"{{"exp":{exp}}}"#)), now),
+                Err("the bearer token's exp is not a whole number of seconds in 0..=2^53"),
+                "{exp}"
+            );
+        }
+        assert_eq!(
+            plain.check(&raw(header, r#"{"exp":9007199254740992}"#), now),
+            Ok(()),
+            "2^53 itself is taken"
+        );
+        assert_eq!(
+            plain.check(&raw(header, r#"{"exp":1900000000,"iat":0.5}"#), now),
+            Err("the bearer token's iat is not a whole number of seconds in 0..=2^53")
         );
         assert_eq!(
             check(&json!({"exp": now + 60, "nbf": now + 31}), b"shared", &signed(None, None)),

@@ -89,6 +89,8 @@ where
         return refuse(stream, 403, "requests from web pages are refused", echo, request_id).await;
     }
     if let Err(why) = auth.check(request.header("authorization")) {
+        // The reason, never the token.
+        tracing::info!(reason = why, "refused an upgrade: 401");
         let challenge = format!("WWW-Authenticate: Bearer\r\n{echo}");
         return refuse(stream, 401, why, &challenge, request_id).await;
     }

@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::frames::{self, Event, MessageBudget, Reader};
 use super::{FRAME_ERROR, MESSAGE_BUDGET};
 use crate::server::Channels;
-use crate::transport::Incoming;
+use crate::transport::{Incoming, Line};
 
 /// Lets the kernel end a connection whose peer vanished without a word (keepalive
 /// probes after 30 s idle, and data unacknowledged for 60 s), which a writer
@@ -60,7 +60,7 @@ pub(super) fn bridge(
 ) -> Channels {
     let (read_half, write_half) = stream.into_split();
     let (incoming_tx, incoming) = mpsc::channel(2);
-    let (outgoing, mut lines) = mpsc::channel::<String>(4);
+    let (outgoing, mut lines) = mpsc::channel::<Line>(4);
     let (control_tx, mut control) = mpsc::channel::<Control>(8);
     let heard = Arc::new(AtomicBool::new(true));
     let heard_by_reader = heard.clone();
@@ -130,9 +130,9 @@ pub(super) fn bridge(
             tokio::select! {
                 line = lines.recv() => match line {
                     Some(line) => {
-                        frames::write_frame(&mut sink, frames::OP_TEXT, line.as_bytes()).await?;
+                        frames::write_frame(&mut sink, frames::OP_TEXT, line.text().as_bytes()).await?;
                         while let Ok(line) = lines.try_recv() {
-                            frames::write_frame(&mut sink, frames::OP_TEXT, line.as_bytes()).await?;
+                            frames::write_frame(&mut sink, frames::OP_TEXT, line.text().as_bytes()).await?;
                         }
                         sink.flush().await?;
                         delivered = true;

@@ -25,6 +25,7 @@ use crate::protocol::{
     ProcessInfo, ReadParams, ReadResult, SandboxType, StartParams, Stream,
 };
 use crate::sandbox::Policy;
+use crate::transport::Line;
 
 /// Why a resize failed.
 pub(crate) enum ResizeError {
@@ -228,14 +229,14 @@ impl Entry {
         now: Instant,
         drain: Duration,
         reservation: Duration,
-        out: &mut Vec<String>,
+        out: &mut Vec<Line>,
     ) -> Settled {
         let (mut reported_exit, mut closed) = (false, false);
         let life = std::mem::replace(&mut self.life, Life::Running);
         self.life = match life {
             Life::Exited(exit) if !self.streams_open() || now >= exit.at + drain => {
                 let seq = self.shape.numbering.event_seq(&mut self.output);
-                out.push(self.exited_line(&exit.info, seq));
+                out.push(self.exited_line(&exit.info, seq).into());
                 reported_exit = true;
                 Life::Reported(exit, seq)
             }
@@ -245,7 +246,7 @@ impl Entry {
         self.life = match life {
             Life::Reported(exit, seq) if !self.streams_open() => {
                 let closed_seq = self.shape.numbering.event_seq(&mut self.output);
-                out.push(self.closed_line(closed_seq));
+                out.push(self.closed_line(closed_seq).into());
                 closed = true;
                 Life::Closed(exit, seq)
             }

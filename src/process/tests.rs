@@ -59,7 +59,7 @@ async fn reads_answered_early_leave_no_timer_or_parked_entry() {
     }
     // Each chunk: its notification, then the answer of the read it woke.
     assert_eq!(out.len(), 2000);
-    assert!(out[1].starts_with(r#"{"id":0,"result":{"chunks":[{"seq":1,"#), "{}", out[1]);
+    assert!(out[1].starts_with(r#"{"id":0,"result":{"chunks":[{"seq":1,"#), "{:?}", out[1]);
     table.kill_all();
 }
 

@@ -94,6 +94,17 @@ pub struct HttpResponse {
     pub body_base64: Base64,
 }
 
+impl HttpResponse {
+    /// Its status and headers, with an empty body.
+    pub(crate) fn clone_head(&self) -> HttpResponse {
+        HttpResponse {
+            status: self.status,
+            headers: self.headers.clone(),
+            body_base64: Base64::default(),
+        }
+    }
+}
+
 /// `http/request/bodyDelta` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -214,6 +214,24 @@ fn hand_encoded_read_file_result_matches_the_generic_encoder() {
 }
 
 #[test]
+fn a_hand_encoded_http_answer_is_the_serde_text() {
+    for (id, body) in [
+        (RequestId::from(7), b"".to_vec()),
+        (RequestId::from("a\"b"), (0..=255).collect::<Vec<u8>>()),
+    ] {
+        let response = HttpResponse {
+            status: 203,
+            headers: vec![HttpHeader::new("x-\"quoted\"", "v\u{7f}")],
+            body_base64: Base64(body),
+        };
+        assert_eq!(
+            encode_http_response(&id, &response),
+            encode_response(&id, &Ok::<_, ErrorObject>(response.clone()))
+        );
+    }
+}
+
+#[test]
 fn simd_decoding_agrees_with_the_base64_crate() {
     use base64::Engine as _;
     let engine = base64::engine::general_purpose::STANDARD;

@@ -96,7 +96,7 @@ where
             // Finished fs calls are taken only while the outbox has room: an
             // unread reply holds its slot, and no more calls start meanwhile.
             line = state.fs.next_reply(), if room => out.push(line),
-            line = state.watches.next_line(), if room => out.push(line),
+            line = state.watches.next_line(), if room => out.push(line.into()),
             event = state.tunnels.next_event(), if room => state.on_tunnel(event, &mut out),
             wake = state.ports.next(), if room => state.on_ports(wake, &mut out),
             event = state.http.next_event(), if room => state.on_http(event, &mut out),

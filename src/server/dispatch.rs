@@ -16,12 +16,14 @@ use super::{Handoff, Sessions};
 use crate::dialect::inbound::{self, Inbound};
 use crate::dialect::{outbound, Dialect, Numbering};
 use crate::fs::Roots;
+use crate::hold::ServerRoom;
 use crate::http::{HttpEvent, Requests};
 use crate::ports::{Ports, PortsWake};
 use crate::process::{Begun, ProcessTable, ReadOutcome};
 use crate::protocol::*;
 use crate::sessions::{ClaimError, Wake};
 use crate::transport::Incoming;
+use crate::transport::Line;
 use crate::tunnel::{TunnelEvent, Tunnels};
 use crate::watch::{Command as WatchCommand, Watcher};
 
@@ -98,6 +100,8 @@ pub(super) struct State {
     waiting_bytes: usize,
     pub(super) table: ProcessTable,
     pub(super) fs: FsCalls,
+    /// The server-wide room, for the fs calls of the next connection.
+    room: ServerRoom,
     pub(super) watches: Watcher,
     /// The connection's tunnels (they end with it).
     pub(super) tunnels: Tunnels,
@@ -115,6 +119,7 @@ impl State {
         sessions: Option<Arc<Sessions>>,
         tunnels: Tunnels,
         http: Requests,
+        room: ServerRoom,
     ) -> State {
         State {
             phase: Phase::New,
@@ -124,7 +129,8 @@ impl State {
             ending: Ending::Open,
             today: false,
             resumable: false,
-            fs: FsCalls::new(roots.clone()),
+            fs: FsCalls::new(roots.clone(), room.clone()),
+            room,
             watches: Watcher::new(roots.clone()),
             roots,
             waiting: VecDeque::new(),
@@ -183,7 +189,7 @@ impl State {
     /// The connection is gone and the session detaches: what belonged to
     /// the connection (fs calls, watches, a half-done handshake) goes with it.
     pub(super) fn detach(&mut self) {
-        self.fs = FsCalls::new(self.roots.clone());
+        self.fs = FsCalls::new(self.roots.clone(), self.room.clone());
         self.watches = Watcher::new(self.roots.clone());
         self.tunnels = self.tunnels.renewed();
         self.http = self.http.renewed();
@@ -203,7 +209,7 @@ impl State {
     }
 
     /// Handles one input message; encoded replies go to `out` (fs replies come later).
-    pub(super) fn on_incoming(&mut self, incoming: Incoming, out: &mut Vec<String>) {
+    pub(super) fn on_incoming(&mut self, incoming: Incoming, out: &mut Vec<Line>) {
         let (message, bytes) = match incoming {
             Incoming::Message(message, bytes) => (Ok(message), bytes),
             Incoming::Malformed(error) => (Err(error), 0),
@@ -211,23 +217,23 @@ impl State {
                 tracing::warn!(limit, "discarded a message over the size limit");
                 out.push(malformed(format!(
                     "message is longer than the limit of {limit} bytes (--max-message-bytes); it was discarded"
-                )));
+                )).into());
                 return;
             }
         };
         match message {
             Err(error) => {
                 tracing::warn!(%error, "malformed message");
-                out.push(malformed(error));
+                out.push(malformed(error).into());
             }
             Ok(Message::Request(request)) => {
                 if let Some(reply) = self.on_request(request, bytes, out) {
-                    out.push(reply);
+                    out.push(reply.into());
                 }
             }
             Ok(Message::Notification(notification)) => {
                 if let Some(error) = self.on_notification(notification) {
-                    out.push(error);
+                    out.push(error.into());
                 }
             }
             Ok(Message::Response(response)) => {
@@ -261,8 +267,8 @@ impl State {
 
     /// A start finished (its reply is `line`): the requests that waited behind
     /// it take effect now, in order, until another start is under way.
-    pub(super) fn on_started(&mut self, line: String, out: &mut Vec<String>) {
-        out.push(line);
+    pub(super) fn on_started(&mut self, line: String, out: &mut Vec<Line>) {
+        out.push(line.into());
         while let Some((next, _, _)) = self.waiting.front() {
             // Nothing behind a `session/end` runs: the loop refuses it as the connection ends.
             if self.ending.has_run()
@@ -275,8 +281,8 @@ impl State {
                 break;
             };
             self.waiting_bytes -= bytes;
-            match self.on_process_request(id, method, params, spoken) {
-                Turn::Done(Some(reply)) => out.push(reply),
+            match self.on_process_request(id, method, params, spoken, out) {
+                Turn::Done(Some(reply)) => out.push(reply.into()),
                 Turn::Done(None) => {}
                 Turn::Wait(request) => {
                     // Still not its turn: it stays first in line.
@@ -290,13 +296,13 @@ impl State {
 
     /// Refuses what still waits (the connection is ending): process requests
     /// behind a start, fs calls not yet run, and HTTP requests under way.
-    pub(super) fn refuse_waiting(&mut self, out: &mut Vec<String>) {
+    pub(super) fn refuse_waiting(&mut self, out: &mut Vec<Line>) {
         for (request, _, _) in self.waiting.drain(..) {
             let error = ErrorObject::invalid_request(format!(
                 "{} was not run: the connection is ending",
                 request.method
             ));
-            out.push(error_reply(&request.id, error));
+            out.push(error_reply(&request.id, error).into());
         }
         self.waiting_bytes = 0;
         self.fs.refuse_waiting(out);
@@ -310,7 +316,7 @@ impl State {
         &mut self,
         request: Request,
         bytes: usize,
-        out: &mut Vec<String>,
+        out: &mut Vec<Line>,
     ) -> Option<String> {
         let Request { id, method, params } = request;
         if !METHODS.contains(&method.as_str()) {
@@ -399,7 +405,7 @@ impl State {
             self.waiting.push_back((Request { id, method, params }, (dialect, numbering), bytes));
             return None;
         }
-        match self.on_process_request(id, method, params, (dialect, numbering)) {
+        match self.on_process_request(id, method, params, (dialect, numbering), out) {
             Turn::Done(reply) => reply,
             Turn::Wait(request) => {
                 self.waiting_bytes += bytes;
@@ -411,13 +417,7 @@ impl State {
 
     /// A `tunnel/*` or `ports/*` request: replies now go to `out`, later
     /// ones come from [`State::on_tunnel`] and [`State::on_ports`].
-    fn on_link_request(
-        &mut self,
-        id: RequestId,
-        method: &str,
-        params: Value,
-        out: &mut Vec<String>,
-    ) {
+    fn on_link_request(&mut self, id: RequestId, method: &str, params: Value, out: &mut Vec<Line>) {
         let done = match method {
             TunnelOpen::NAME => {
                 decode::<TunnelOpen>(params).and_then(|p| self.tunnels.open(&id, p))
@@ -427,7 +427,7 @@ impl State {
             }
             TunnelClose::NAME => decode::<TunnelClose>(params).and_then(|p| {
                 self.tunnels.close(&p.tunnel_id, out)?;
-                out.push(reply::<TunnelClose>(&id, Ok(Empty {})));
+                out.push(reply::<TunnelClose>(&id, Ok(Empty {})).into());
                 Ok(())
             }),
             PortsList::NAME => decode::<PortsList>(params).and_then(|_| {
@@ -436,11 +436,11 @@ impl State {
             }),
             PortsWatch::NAME => decode::<PortsWatch>(params).map(|_| {
                 self.ports.watch();
-                out.push(reply::<PortsWatch>(&id, Ok(Empty {})));
+                out.push(reply::<PortsWatch>(&id, Ok(Empty {})).into());
             }),
             PortsUnwatch::NAME => decode::<PortsUnwatch>(params).map(|_| {
                 self.ports.unwatch();
-                out.push(reply::<PortsUnwatch>(&id, Ok(Empty {})));
+                out.push(reply::<PortsUnwatch>(&id, Ok(Empty {})).into());
             }),
             other => Err(ErrorObject::new(
                 codes::METHOD_NOT_FOUND,
@@ -448,22 +448,22 @@ impl State {
             )),
         };
         if let Err(error) = done {
-            out.push(error_reply(&id, error));
+            out.push(error_reply(&id, error).into());
         }
     }
 
     /// A tunnel's event.
-    pub(super) fn on_tunnel(&mut self, event: TunnelEvent, out: &mut Vec<String>) {
+    pub(super) fn on_tunnel(&mut self, event: TunnelEvent, out: &mut Vec<Line>) {
         self.tunnels.apply(event, out);
     }
 
     /// An HTTP request's event.
-    pub(super) fn on_http(&mut self, event: HttpEvent, out: &mut Vec<String>) {
+    pub(super) fn on_http(&mut self, event: HttpEvent, out: &mut Vec<Line>) {
         self.http.apply(event, out);
     }
 
     /// A port scan finished or is due.
-    pub(super) fn on_ports(&mut self, wake: PortsWake, out: &mut Vec<String>) {
+    pub(super) fn on_ports(&mut self, wake: PortsWake, out: &mut Vec<Line>) {
         let table = &self.table;
         self.ports.on_wake(wake, || table.roster(), out);
     }
@@ -475,6 +475,7 @@ impl State {
         method: String,
         params: Value,
         spoken: Spoken,
+        out: &mut Vec<Line>,
     ) -> Turn {
         let dialect = spoken.0;
         let roots = &self.roots;
@@ -502,7 +503,10 @@ impl State {
                     .and_then(|p| table.read(id.clone(), p, Instant::now()));
                 match outcome {
                     Ok(ReadOutcome::Parked) => return Turn::Done(None),
-                    Ok(ReadOutcome::Ready(result)) => reply::<ProcessRead>(&id, Ok(result)),
+                    Ok(ReadOutcome::Ready(line)) => {
+                        out.push(line);
+                        return Turn::Done(None);
+                    }
                     Err(error) => reply::<ProcessRead>(&id, Err(error)),
                 }
             }

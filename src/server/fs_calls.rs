@@ -15,13 +15,16 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::Value;
+use tokio::sync::Semaphore;
 use tokio::task::{Id, JoinSet};
 use tokio::time::{Duration, Instant};
 
 use super::dispatch::{decode, reply};
 use crate::dialect::{fs_rules, outbound, Dialect, FsConfine};
 use crate::fs::{self, Handles, Roots};
+use crate::hold::ServerRoom;
 use crate::protocol::*;
+use crate::transport::Line;
 
 /// fs calls running at once.
 const FS_IN_FLIGHT: usize = 4;
@@ -72,7 +75,12 @@ pub(super) struct FsCalls {
     roots: Arc<Roots>,
     /// The connection's `fs/open` handles.
     handles: Arc<Handles>,
-    running: JoinSet<String>,
+    /// Where an `fs/readFile` answer is charged, from before the file is
+    /// read until the answer is written.
+    room: ServerRoom,
+    /// Closed when the calls are dropped: a call waiting for room gives up.
+    gate: Arc<Semaphore>,
+    running: JoinSet<Line>,
     /// What each running call is, to order later calls and to answer it if it panics.
     running_paths: HashMap<Id, Running>,
     queue: VecDeque<Job>,
@@ -82,10 +90,12 @@ pub(super) struct FsCalls {
 }
 
 impl FsCalls {
-    pub(super) fn new(roots: Arc<Roots>) -> FsCalls {
+    pub(super) fn new(roots: Arc<Roots>, room: ServerRoom) -> FsCalls {
         FsCalls {
             roots,
             handles: Arc::default(),
+            room,
+            gate: Arc::new(Semaphore::new(0)),
             running: JoinSet::new(),
             running_paths: HashMap::new(),
             queue: VecDeque::new(),
@@ -162,19 +172,19 @@ impl FsCalls {
     }
 
     /// Refuses every call still waiting (the connection is ending) and drops the rest.
-    pub(super) fn refuse_waiting(&mut self, out: &mut Vec<String>) {
+    pub(super) fn refuse_waiting(&mut self, out: &mut Vec<Line>) {
         for job in self.queue.drain(..) {
             let error = ErrorObject::invalid_request(format!(
                 "{} was not run: the connection is ending",
                 job.call.method
             ));
-            out.push(encode_response::<Empty>(&job.call.id, &Err(error)));
+            out.push(encode_response::<Empty>(&job.call.id, &Err(error)).into());
         }
         self.queued_bytes = 0;
     }
 
     /// The encoded reply of the next call to finish; pending while none runs.
-    pub(super) async fn next_reply(&mut self) -> String {
+    pub(super) async fn next_reply(&mut self) -> Line {
         loop {
             match self.running.join_next_with_id().await {
                 Some(Ok((task, line))) => {
@@ -190,7 +200,7 @@ impl FsCalls {
                     if let Some(Running { id, method, .. }) = running {
                         let error =
                             ErrorObject::internal(format!("{method} failed: internal error"));
-                        return encode_response::<Empty>(&id, &Err(error));
+                        return encode_response::<Empty>(&id, &Err(error)).into();
                     }
                 }
                 None => std::future::pending().await,
@@ -214,15 +224,24 @@ impl FsCalls {
                 paths: job.paths,
             };
             let (roots, handles) = (self.roots.clone(), self.handles.clone());
-            let task = self.running.spawn_blocking(move || run(&roots, &handles, job.call));
+            let (room, gate) = (self.room.clone(), self.gate.clone());
+            let task = self
+                .running
+                .spawn_blocking(move || run(&roots, &handles, (&room, &gate), job.call));
             self.spin_until = Some(Instant::now() + SPIN);
             self.running_paths.insert(task.id(), running);
         }
     }
 }
 
+impl Drop for FsCalls {
+    fn drop(&mut self) {
+        self.gate.close();
+    }
+}
+
 /// Decodes, runs and encodes one call (on a blocking thread).
-fn run(roots: &Roots, handles: &Handles, call: Call) -> String {
+fn run(roots: &Roots, handles: &Handles, room: (&ServerRoom, &Semaphore), call: Call) -> Line {
     let Call { id, method, params, dialect, today, confine, .. } = call;
     let connection = if today { Dialect::Today } else { dialect };
     let rules = fs_rules::handle_rules(connection);
@@ -237,7 +256,7 @@ fn run(roots: &Roots, handles: &Handles, call: Call) -> String {
                 confined = inner;
                 &confined
             }
-            Err(error) => return encode_response::<Empty>(&id, &Err(error)),
+            Err(error) => return encode_response::<Empty>(&id, &Err(error)).into(),
         },
     };
     let answer = |line: Result<String, ErrorObject>| match line {
@@ -252,16 +271,42 @@ fn run(roots: &Roots, handles: &Handles, call: Call) -> String {
             Ok(())
         }
     };
-    match method.as_str() {
-        // The bulk path: the data is encoded straight into the reply line.
-        ReadFile::NAME => answer(
-            decode::<ReadFile>(params)
-                .and_then(|p| {
-                    strict(&p.path, p.follow_symlinks, fs::Strict::Read)?;
-                    fs::read_file(roots, p).map_err(|r| fs_rules::refusal(dialect, r))
-                })
-                .map(|result| encode_read_file(&id, &result.data_base64.0)),
-        ),
+    // The bulk path: the data is encoded straight into the reply line,
+    // whose whole size is charged before the file is read.
+    if method == ReadFile::NAME {
+        let mut held = None;
+        // The answer's JSON around its data.
+        let around = encode_read_file(&id, &[]).len();
+        let mut reserve = |bytes: u64| {
+            // The bytes and their base64 line are both in memory until the
+            // line is made; then only the line's charge is kept.
+            let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+            let cost = bytes.saturating_add(bytes.div_ceil(3).saturating_mul(4));
+            held = room.0.wait_blocking(cost.saturating_add(around), room.1);
+            held.is_some().then_some(()).ok_or_else(|| {
+                ErrorObject::internal(
+                    "fs/readFile failed: the connection ended while the answer waited for room",
+                )
+            })
+        };
+        let line = decode::<ReadFile>(params)
+            .and_then(|p| {
+                strict(&p.path, p.follow_symlinks, fs::Strict::Read)?;
+                fs::read_file_charged(roots, p, &mut reserve)
+                    .map_err(|r| fs_rules::refusal(dialect, r))
+            })
+            .map(|result| encode_read_file(&id, &result.data_base64.0));
+        let line = answer(line);
+        if held.as_ref().is_some_and(|held| held.bytes() > line.len()) {
+            // The file's bytes were freed with the line made: give them back.
+            crate::transport::give_back_memory();
+        }
+        if let Some(held) = held.as_mut() {
+            held.shrink_to(line.len());
+        }
+        return Line::charged(line, held);
+    }
+    Line::from(match method.as_str() {
         WriteFile::NAME => answer(ok::<WriteFile>(&id, params, |p| {
             strict(&p.path, p.follow_symlinks, fs::Strict::Write)?;
             fs::write_file(roots, p, &choices)
@@ -311,7 +356,7 @@ fn run(roots: &Roots, handles: &Handles, call: Call) -> String {
                 format!("method {other} is not an fs method"),
             )),
         ),
-    }
+    })
 }
 
 /// Decodes, handles and encodes call `M`; the error is left for the dialect to word.
@@ -458,7 +503,8 @@ mod queue_tests {
 
     #[tokio::test]
     async fn a_full_queue_says_so_and_refuses_only_past_it() {
-        let mut calls = FsCalls::new(Arc::new(Roots::default()));
+        let mut calls =
+            FsCalls::new(Arc::new(Roots::default()), ServerRoom::new(Arc::default(), 1 << 20));
         // Nothing is joined here, so the running slots stay taken.
         for n in 0..(FS_IN_FLIGHT + FS_QUEUED) {
             assert!(calls.has_room(), "room before call {n}");

@@ -9,11 +9,11 @@ use tokio::sync::{mpsc, oneshot};
 use super::outbox::Outbox;
 use super::{AbortOnDrop, Channels, FINAL_FLUSH};
 use crate::protocol::{encode_response, Empty, ErrorObject, RequestId};
-use crate::transport::Incoming;
+use crate::transport::{Incoming, Line};
 
 pub(crate) struct Link {
     pub(super) incoming: mpsc::Receiver<Incoming>,
-    pub(super) lines: mpsc::Sender<String>,
+    pub(super) lines: mpsc::Sender<Line>,
     pub(super) input_ended: oneshot::Receiver<()>,
     /// `input_ended` has fired (or its sender is gone).
     pub(super) ending_seen: bool,
@@ -42,12 +42,12 @@ impl Link {
 
     /// Queues an error reply to `id`.
     pub(super) fn refuse(&mut self, id: &RequestId, error: ErrorObject) {
-        self.outbox.extend(&mut vec![encode_response::<Empty>(id, &Err(error))]);
+        self.outbox.extend(&mut vec![encode_response::<Empty>(id, &Err(error)).into()]);
     }
 
     /// Sends what waits (for at most [`FINAL_FLUSH`]), closes the output and
     /// waits (as long again) for the writer to finish.
-    pub(super) async fn finish(mut self, out: &mut Vec<String>) -> io::Result<()> {
+    pub(super) async fn finish(mut self, out: &mut Vec<Line>) -> io::Result<()> {
         self.outbox.extend(out);
         let flushed = tokio::time::timeout(FINAL_FLUSH, self.outbox.flush(&self.lines)).await;
         if flushed.is_err() {

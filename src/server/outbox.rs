@@ -4,6 +4,8 @@ use std::collections::VecDeque;
 
 use tokio::sync::mpsc::{Permit, Sender};
 
+use crate::transport::Line;
+
 /// Past this many bytes waiting, the loop stops taking input and process events.
 /// Small, since stdout pipes are grown to 256 KiB (`stdio`): the kernel buffers the rest.
 const OUTBOX_BYTES: usize = 256 * 1024;
@@ -11,7 +13,7 @@ const OUTBOX_BYTES: usize = 256 * 1024;
 /// Lines for the writer, in order.
 #[derive(Debug, Default)]
 pub(super) struct Outbox {
-    lines: VecDeque<String>,
+    lines: VecDeque<Line>,
     bytes: usize,
     /// The output is gone: lines are dropped instead of kept.
     closed: bool,
@@ -19,7 +21,7 @@ pub(super) struct Outbox {
 
 impl Outbox {
     /// Moves `out`'s lines to the back of the queue.
-    pub(super) fn extend(&mut self, out: &mut Vec<String>) {
+    pub(super) fn extend(&mut self, out: &mut Vec<Line>) {
         if self.closed {
             out.clear();
             return;
@@ -44,7 +46,7 @@ impl Outbox {
     }
 
     /// Sends the first line through `permit`, and as many more as fit without waiting.
-    pub(super) fn send(&mut self, permit: Permit<'_, String>, sender: &Sender<String>) {
+    pub(super) fn send(&mut self, permit: Permit<'_, Line>, sender: &Sender<Line>) {
         let Some(line) = self.pop() else { return };
         permit.send(line);
         while self.has_lines() {
@@ -56,7 +58,7 @@ impl Outbox {
     }
 
     /// Sends every line, waiting for room (the caller bounds the wait).
-    pub(super) async fn flush(&mut self, sender: &Sender<String>) {
+    pub(super) async fn flush(&mut self, sender: &Sender<Line>) {
         while let Some(line) = self.pop() {
             if sender.send(line).await.is_err() {
                 return;
@@ -71,7 +73,7 @@ impl Outbox {
         self.bytes = 0;
     }
 
-    fn pop(&mut self) -> Option<String> {
+    fn pop(&mut self) -> Option<Line> {
         let line = self.lines.pop_front()?;
         self.bytes -= line.len();
         Some(line)

@@ -59,8 +59,10 @@ impl Session {
             limits.server_account.clone(),
             config.max_retained_bytes,
         );
+        let room =
+            crate::hold::ServerRoom::new(limits.server_account.clone(), config.max_retained_bytes);
         let table = ProcessTable::new(events_tx, limits);
-        let state = State::new(roots, table, id, registry, tunnels, http);
+        let state = State::new(roots, table, id, registry, tunnels, http, room);
         Session { state, events, registration }
     }
 
@@ -68,7 +70,7 @@ impl Session {
     /// its `initialize` queued first.
     pub(super) fn resumed(&mut self, handoff: Handoff) -> Link {
         let Handoff { mut link, request, .. } = handoff;
-        let mut lines = vec![self.state.resume(&request)];
+        let mut lines = vec![self.state.resume(&request).into()];
         self.state.table.hold_exited(false, tokio::time::Instant::now());
         link.outbox.extend(&mut lines);
         link

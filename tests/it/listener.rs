@@ -244,7 +244,7 @@ async fn capability_tokens_from_a_file_or_a_digest_admit_any_uid_and_nothing_els
 #[tokio::test]
 async fn signed_bearer_tokens_are_checked_for_signature_time_issuer_and_audience() {
     let dir = scratch("listener-signed");
-    let secret = token_file(&dir, "shared-secret");
+    let secret = token_file(&dir, SECRET);
     let server = WsServer::start(&[
         "--listen",
         "ws://127.0.0.1:0",
@@ -263,11 +263,11 @@ async fn signed_bearer_tokens_are_checked_for_signature_time_issuer_and_audience
         |claims: serde_json::Value, key: &[u8]| exec_server::server::sign_hs256(&claims, key);
     let good = json!({"exp": now + 300, "iss": "issuer-1", "aud": "exec-server"});
     let cases = [
-        (sign(good.clone(), b"shared-secret"), "HTTP/1.1 101 Switching Protocols", None),
+        (sign(good.clone(), SECRET.as_bytes()), "HTTP/1.1 101 Switching Protocols", None),
         (
             sign(
                 json!({"exp": now - 120, "iss": "issuer-1", "aud": "exec-server"}),
-                b"shared-secret",
+                SECRET.as_bytes(),
             ),
             "HTTP/1.1 401 Unauthorized",
             Some("the bearer token has expired (401)"),
@@ -275,13 +275,13 @@ async fn signed_bearer_tokens_are_checked_for_signature_time_issuer_and_audience
         (
             sign(
                 json!({"exp": now + 300, "nbf": now + 120, "iss": "issuer-1", "aud": "exec-server"}),
-                b"shared-secret",
+                SECRET.as_bytes(),
             ),
             "HTTP/1.1 401 Unauthorized",
             Some("the bearer token is not valid yet (nbf) (401)"),
         ),
         (
-            sign(json!({"exp": now + 300, "iss": "issuer-1", "aud": "other"}), b"shared-secret"),
+            sign(json!({"exp": now + 300, "iss": "issuer-1", "aud": "other"}), SECRET.as_bytes()),
             "HTTP/1.1 401 Unauthorized",
             Some("the bearer token's audience (aud) is not this server (401)"),
         ),
@@ -298,13 +298,114 @@ async fn signed_bearer_tokens_are_checked_for_signature_time_issuer_and_audience
             assert_eq!(lines[1], why, "{token}");
         }
     }
+    // Strictly as RFC 7515/7519 say: each of these is refused, with why.
+    let header = r#"{"alg":"HS256","typ":"JWT"}"#;
+    let claims = format!(r#"{{"exp":{},"iss":"issuer-1","aud":"exec-server"}}"#, now + 300);
+    let strict = [
+        (
+            raw_hs256(r#"{"alg":"HS256","crit":["b64"],"b64":false}"#, &claims),
+            "the bearer token's header has crit (no extension is supported) (401)",
+        ),
+        (
+            raw_hs256(r#"{"alg":"HS256","alg":"HS256"}"#, &claims),
+            "the bearer token's header names a member twice (401)",
+        ),
+        (
+            raw_hs256(
+                header,
+                &format!(
+                    r#"{{"exp":{},"exp":{},"iss":"issuer-1","aud":"exec-server"}}"#,
+                    now - 3600,
+                    now + 300
+                ),
+            ),
+            "the bearer token's claims name a member twice (401)",
+        ),
+        (
+            raw_hs256(header, r#"{"exp":9007199254740993,"iss":"issuer-1","aud":"exec-server"}"#),
+            "the bearer token's exp is not a whole number of seconds in 0..=2^53 (401)",
+        ),
+        (
+            raw_hs256(
+                header,
+                &format!(r#"{{"exp":{}.0,"iss":"issuer-1","aud":"exec-server"}}"#, now + 300),
+            ),
+            "the bearer token's exp is not a whole number of seconds in 0..=2^53 (401)",
+        ),
+        (
+            raw_hs256(
+                header,
+                &format!(
+                    r#"{{"exp":{},"nbf":-1,"iss":"issuer-1","aud":"exec-server"}}"#,
+                    now + 300
+                ),
+            ),
+            "the bearer token's nbf is not a whole number of seconds in 0..=2^53 (401)",
+        ),
+        (
+            raw_hs256(
+                header,
+                &format!(
+                    r#"{{"exp":{},"iat":1.5e9,"iss":"issuer-1","aud":"exec-server"}}"#,
+                    now + 300
+                ),
+            ),
+            "the bearer token's iat is not a whole number of seconds in 0..=2^53 (401)",
+        ),
+    ];
+    for (token, why) in strict {
+        let lines = drive(false, &server.url, &token, None).await;
+        assert_eq!(lines[0], "HTTP/1.1 401 Unauthorized", "{token}");
+        assert_eq!(lines[1], why, "{token}");
+    }
+    // The same claims, strictly formed, are served.
+    let lines = drive(false, &server.url, &raw_hs256(header, &claims), None).await;
+    assert_eq!(lines[0], "HTTP/1.1 101 Switching Protocols");
     // The client half presents it too.
     let options = ClientOptions {
-        bearer_token: Some(sign(good, b"shared-secret")),
+        bearer_token: Some(sign(good, SECRET.as_bytes())),
         ..ClientOptions::default()
     };
     let client = Client::connect_ws(&server.url, options).await.unwrap();
     assert!(client.list(exec_server::protocol::Empty {}).await.unwrap().processes.is_empty());
+}
+
+/// The shared secret of the signed-token tests: 32 bytes at least (RFC 7518 §3.2).
+const SECRET: &str = "a-shared-secret-of-forty-bytes-in-all!!!";
+
+/// An HS256 JWT of a header and claims given as JSON text, as written.
+fn raw_hs256(header: &str, claims: &str) -> String {
+    use base64::Engine;
+    use hmac::Mac;
+    let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let signed = format!("{}.{}", engine.encode(header), engine.encode(claims));
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(signed.as_bytes());
+    format!("{signed}.{}", engine.encode(mac.finalize().into_bytes()))
+}
+
+#[test]
+fn a_shared_secret_shorter_than_32_bytes_is_refused_at_start() {
+    let dir = scratch("listener-short-secret");
+    for short in ["x", "thirty-one-bytes-of-a-secret!!!"] {
+        let secret = token_file(&dir, short);
+        let output = std::process::Command::new(BIN)
+            .args(["--listen", "ws://127.0.0.1:0", "--ws-auth", "signed-bearer-token"])
+            .arg("--ws-shared-secret-file")
+            .arg(&secret)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2));
+        assert_eq!(
+            String::from_utf8_lossy(&output.stderr),
+            format!(
+                "exec-server: --ws-shared-secret-file {}: the secret is {} bytes; an HS256 key needs at least 32 (256 bits, RFC 7518 section 3.2)\n",
+                secret.display(),
+                short.len()
+            )
+        );
+    }
 }
 
 /// The head of the server's answer to an upgrade with `extra` header lines.

@@ -13,6 +13,7 @@ mod fs_escape;
 mod fs_files;
 mod fs_trees;
 mod fuse;
+mod held;
 mod http;
 mod large;
 mod launcher;
