@@ -206,3 +206,63 @@ async fn fs_read_file_answers_take_their_turn_in_the_room() {
         ROOM / 1024
     );
 }
+
+#[tokio::test]
+async fn a_streamed_body_to_a_late_reader_holds_its_buffer_and_flows_on() {
+    const STREAMED: usize = 128 * 1024 * 1024;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let written = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (pushed_tx, mut pushed) = mpsc::unbounded_channel();
+    let count = written.clone();
+    tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let (reader, mut writer) = stream.into_split();
+        let mut reader = BufReader::new(reader);
+        let mut line = String::new();
+        while reader.read_line(&mut line).await.is_ok_and(|n| n > 0) && !line.ends_with("\r\n\r\n")
+        {
+        }
+        let head =
+            format!("HTTP/1.1 200 OK\r\ncontent-length: {STREAMED}\r\nconnection: close\r\n\r\n");
+        writer.write_all(head.as_bytes()).await.unwrap();
+        let block = vec![b's'; 64 * 1024];
+        let mut told = false;
+        while count.load(std::sync::atomic::Ordering::Relaxed) < STREAMED {
+            if writer.write_all(&block).await.is_err() {
+                return;
+            }
+            let total = count.fetch_add(block.len(), std::sync::atomic::Ordering::Relaxed);
+            if !told && total >= 4 << 20 {
+                told = true;
+                let _ = pushed_tx.send(());
+            }
+        }
+    });
+    let mut server = Binary::ready(&[]).await;
+    let params = json!({"method": "GET", "url": format!("http://{address}/big"),
+        "requestId": "late", "streamResponse": true});
+    server
+        .send_line(&json!({"id": 1, "method": "http/request", "params": params}).to_string())
+        .await;
+    // The server has taken 4 MiB from the remote side while this client read nothing.
+    within("4 MiB pushed by the remote side", pushed.recv()).await.unwrap();
+    let (mut received, mut next_seq, mut ended) = (0, 1, false);
+    while !ended {
+        let message = within("a delta", server.next()).await.unwrap();
+        if message.get("id").is_some() {
+            assert_eq!(message["result"]["status"], 200, "{message}");
+            continue;
+        }
+        assert_eq!(message["method"], "http/request/bodyDelta", "{message}");
+        assert_eq!(message["params"]["seq"], next_seq);
+        next_seq += 1;
+        let chunk = unb64(&message["params"]["deltaBase64"]);
+        assert!(chunk.iter().all(|b| *b == b's'));
+        received += chunk.len();
+        ended = message["params"]["done"] == true;
+    }
+    assert_eq!(received, STREAMED);
+    let peak = peak_rss_kib(server.child.id().unwrap());
+    assert!(peak < 48 * 1024, "the server's peak RSS was {peak} KiB");
+}
