@@ -48,6 +48,8 @@ mod transport;
 
 // The server half (feature `server`, Linux only).
 #[cfg(feature = "server")]
+mod addresses;
+#[cfg(feature = "server")]
 mod bridge;
 #[cfg(feature = "server")]
 mod cli;

@@ -214,9 +214,9 @@ where
                         REFUSALS.log(&format!("{refusal} (peer {peer})"));
                         refuse(stream.as_fd(), handshake::answer(403, &refusal, "").as_bytes());
                     }
-                    Ok(inode) => {
+                    Ok(()) => {
                         let fd = stream.as_raw_fd();
-                        pending.start(fd, upgrade(stream, peer, inode, shared.clone()));
+                        pending.start(fd, upgrade(stream, peer, shared.clone()));
                     }
                 },
                 Ok(Accepted::Unix(stream)) => {
@@ -259,16 +259,19 @@ where
 }
 
 /// Decides on a TCP peer before anything is read from it. A peer on this
-/// machine (found by [`peer::lookup`], loopback or not) without a token
-/// configured must run as the server's uid; a loopback peer whose owner
-/// cannot be found is refused (fail closed). `Ok` carries the peer socket's
-/// inode when it is local, for the sandbox check.
+/// machine (found by [`peer::PeerLookup`]) without a token configured must
+/// run as the server's uid. A peer whose owner cannot be found is refused
+/// when its address is this host's (loopback, or an address of one of its
+/// interfaces: fail closed), and served with a token when it is another
+/// host's. Sandboxes need no check here: one without network has no IP
+/// socket, one with network has a namespace of its own, from which nothing
+/// on this host (this listener included) is reachable.
 fn admit_peer(
     peers: Option<&mut peer::PeerLookup>,
     stream: &TcpStream,
     peer: SocketAddr,
     auth: &Auth,
-) -> Result<Option<u64>, String> {
+) -> Result<(), String> {
     let local = stream
         .local_addr()
         .map_err(|e| format!("connection refused: cannot read the connection's address ({e})"))?;
@@ -282,71 +285,19 @@ fn admit_peer(
             "connection refused: the peer runs as uid {}, and this server serves only uid {owner} without a token",
             found.uid
         )),
-        Ok(found) => Ok(Some(found.inode)),
-        Err(error) if peer::is_loopback(peer.ip()) => Err(format!(
+        Ok(_) => Ok(()),
+        Err(error) if peer.ip() == local.ip() || peer::is_this_host(peer.ip()) => Err(format!(
             "connection refused: cannot tell which user the peer runs as ({error})"
         )),
-        Err(_) if auth.needs_token() => Ok(None),
+        Err(_) if auth.needs_token() => Ok(()),
         Err(_) => Err("connection refused: a peer off loopback needs a token".to_owned()),
     }
 }
 
-/// The refusal of a peer that a process in one of this server's sandboxes holds.
-pub(crate) const SANDBOXED_PEER: &str =
-    "connection refused: the peer is a process in one of this server's sandboxes";
-
-/// The refusal of a local peer whose socket no process outside the sandboxes holds.
-const UNHELD_PEER: &str =
-    "connection refused: no process outside this server's sandboxes holds the peer's socket";
-
-/// The refusal of a local peer whose process could not be checked.
-const UNCHECKED_PEER: &str =
-    "connection refused: cannot tell whether the peer is a process in one of this server's sandboxes";
-
-/// Whether a process outside the server's sandboxes holds a local peer's
-/// socket (`inode`; `None`: the peer is not local): the server's ancestors
-/// on the listener's loop (the usual client; a few reads), the rest of
-/// `/proc` on a blocking thread.
-async fn verify_holder(inode: Option<u64>, peer: SocketAddr) -> Result<(), String> {
-    let Some(inode) = inode else { return Ok(()) };
-    let held = match peer::held_by_ancestor(inode) {
-        Ok(true) => Ok(peer::Holder::Outside),
-        Ok(false) => {
-            // The walk of /proc runs off the loop, a few at a time; a walk
-            // whose handshake went (evicted, timed out) still ends on its own.
-            match WALKS.acquire().await {
-                Ok(permit) => {
-                    let walk = move || {
-                        let _permit = permit;
-                        peer::holder(inode)
-                    };
-                    tokio::task::spawn_blocking(walk)
-                        .await
-                        .unwrap_or_else(|e| Err(io::Error::other(e)))
-                }
-                Err(error) => Err(io::Error::other(error)),
-            }
-        }
-        Err(error) => Err(error),
-    };
-    let refusal = match held {
-        Ok(peer::Holder::Outside) => return Ok(()),
-        Ok(peer::Holder::Sandboxed) => SANDBOXED_PEER.to_owned(),
-        Ok(peer::Holder::Nobody) => UNHELD_PEER.to_owned(),
-        Err(error) => format!("{UNCHECKED_PEER} ({error})"),
-    };
-    REFUSALS.log(&format!("{refusal} (peer {peer})"));
-    Err(refusal)
-}
-
-/// Walks of `/proc` for a peer's holder at once (each a blocking thread).
-static WALKS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(4);
-
 /// One connection from accept to upgrade, on the listener's runtime: the
-/// handshake, bounded by [`HANDSHAKE_TIMEOUT`], in which an authenticated
-/// request is checked for who holds its socket ([`verify_holder`]). A
-/// connection slot is taken only for an upgrade; the thread starts after it.
-async fn upgrade(mut stream: TcpStream, peer: SocketAddr, inode: Option<u64>, shared: Shared) {
+/// handshake, bounded by [`HANDSHAKE_TIMEOUT`]. A connection slot is taken
+/// only for an upgrade; the thread starts after it.
+async fn upgrade(mut stream: TcpStream, peer: SocketAddr, shared: Shared) {
     let _ = stream.set_nodelay(true);
     let mut slot = None;
     let (attached, max) = (shared.attached.clone(), shared.options.max_connections);
@@ -359,17 +310,7 @@ async fn upgrade(mut stream: TcpStream, peer: SocketAddr, inode: Option<u64>, sh
         true
     };
     let auth = shared.options.auth.clone();
-    // Without a token every local peer is the owner's: its holder is checked
-    // at once, while its request is still on the way. With a token, only
-    // after the token is good, so an unauthenticated flood costs no walk.
-    let early = if auth.needs_token() { None } else { Some(verify_holder(inode, peer).await) };
-    let verify = async move {
-        match early {
-            Some(checked) => checked,
-            None => verify_holder(inode, peer).await,
-        }
-    };
-    let handshake = handshake::handshake(&mut stream, &auth, verify, admit);
+    let handshake = handshake::handshake(&mut stream, &auth, admit);
     let (leftover, request_id) = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
         Ok(Ok(Outcome::Upgraded { leftover, request_id })) => (leftover, request_id),
         Ok(Ok(Outcome::Answered { status, request_id })) => {

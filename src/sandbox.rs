@@ -17,6 +17,7 @@ mod access;
 mod confine;
 mod init;
 mod landlock;
+mod network;
 mod policy;
 mod report;
 mod roots;
@@ -75,12 +76,20 @@ pub(crate) fn prepare(
     let unavailable = std::env::var(UNAVAILABLE_ENV)
         .map(|list| list.split(',').map(str::to_owned).collect())
         .unwrap_or_default();
+    let network_helper = match policy.network {
+        true => Some(
+            network::helper()
+                .ok_or_else(|| io::Error::new(io::ErrorKind::Unsupported, network::missing()))?,
+        ),
+        false => None,
+    };
     let spec = trampoline::Spec {
         policy: policy.clone(),
         program: program.to_path_buf(),
         cwd: cwd.to_path_buf(),
         tty: tty.map(Path::to_path_buf),
         unavailable,
+        network_helper,
     };
     let spec = serde_json::to_vec(&spec).map_err(io::Error::other)?;
     if spec.len() > MAX_SPEC {

@@ -34,15 +34,11 @@ pub(super) enum Outcome {
     Gone,
 }
 
-/// Reads the request, answers it, and says what happened. `verify` (who
-/// holds the peer's socket) runs once the request is authenticated, so an
-/// unauthenticated flood costs no walk of the process table; its error is a
-/// 403 with that text. `admit` is asked last, just before the 101: whether a
-/// connection slot is free (else 503).
+/// Reads the request, answers it, and says what happened. `admit` is asked
+/// last, just before the 101: whether a connection slot is free (else 503).
 pub(super) async fn handshake<S>(
     stream: &mut S,
     auth: &Auth,
-    verify: impl std::future::Future<Output = Result<(), String>>,
     admit: impl FnOnce() -> bool,
 ) -> io::Result<Outcome>
 where
@@ -93,9 +89,6 @@ where
         tracing::info!(reason = why, "refused an upgrade: 401");
         let challenge = format!("WWW-Authenticate: Bearer\r\n{echo}");
         return refuse(stream, 401, why, &challenge, request_id).await;
-    }
-    if let Err(refusal) = verify.await {
-        return refuse(stream, 403, &refusal, echo, request_id).await;
     }
     if request.method != "GET" {
         return refuse(stream, 400, "a WebSocket upgrade is a GET request", echo, request_id).await;
@@ -232,8 +225,7 @@ mod tests {
         let (mut client, mut server) = tokio::io::duplex(64 * 1024);
         client.write_all(request.as_bytes()).await.unwrap();
         let auth = token.map_or(Auth::OwnerOnly, Auth::capability);
-        let outcome =
-            handshake(&mut server, &auth, std::future::ready(Ok(())), || true).await.unwrap();
+        let outcome = handshake(&mut server, &auth, || true).await.unwrap();
         drop(server);
         let mut response = String::new();
         client.read_to_string(&mut response).await.unwrap();
@@ -300,9 +292,7 @@ mod tests {
         let request = format!("{UPGRADE}X-Request-Id: abc-123\r\n\r\n");
         let (mut client, mut server) = tokio::io::duplex(64 * 1024);
         client.write_all(request.as_bytes()).await.unwrap();
-        let outcome = handshake(&mut server, &Auth::OwnerOnly, std::future::ready(Ok(())), || true)
-            .await
-            .unwrap();
+        let outcome = handshake(&mut server, &Auth::OwnerOnly, || true).await.unwrap();
         let leftover = Vec::new();
         assert_eq!(outcome, Outcome::Upgraded { leftover, request_id: Some("abc-123".into()) });
         drop(server);
@@ -312,17 +302,12 @@ mod tests {
 
         let (mut client, mut server) = tokio::io::duplex(64 * 1024);
         client.write_all(request.as_bytes()).await.unwrap();
-        let outcome =
-            handshake(&mut server, &Auth::OwnerOnly, std::future::ready(Ok(())), || false)
-                .await
-                .unwrap();
+        let outcome = handshake(&mut server, &Auth::OwnerOnly, || false).await.unwrap();
         assert_eq!(outcome, Outcome::Answered { status: 503, request_id: Some("abc-123".into()) });
         let injected = format!("{UPGRADE}X-Request-Id: a\rb\r\n\r\n");
         let (mut client, mut server) = tokio::io::duplex(64 * 1024);
         client.write_all(injected.as_bytes()).await.unwrap();
-        let outcome = handshake(&mut server, &Auth::OwnerOnly, std::future::ready(Ok(())), || true)
-            .await
-            .unwrap();
+        let outcome = handshake(&mut server, &Auth::OwnerOnly, || true).await.unwrap();
         assert_eq!(outcome, Outcome::Upgraded { leftover: Vec::new(), request_id: None });
     }
 }

@@ -1,14 +1,8 @@
-//! Who is at the other end of a loopback TCP connection: the uid that owns the
+//! Who is at the other end of a local TCP connection: the uid that owns the
 //! peer's socket (a `NETLINK_SOCK_DIAG` query for the exact 4-tuple, as `ss`
-//! makes; `/proc/net/tcp{,6}` when netlink is unavailable), and whether a
-//! process in one of this server's sandboxes holds it.
-//!
-//! The sandbox test walks this server's own descendants (`/proc/PID/task/*/children`):
-//! a process whose PID namespace differs from the server's, or that descends
-//! from one that does, is in a sandbox (only sandboxes get a PID namespace of
-//! their own, and nothing in one can leave it). Their descriptors are searched
-//! for the peer socket's inode. The walk costs nothing when the server has no
-//! sandboxed process, and is bounded by the server's own process tree.
+//! makes; `/proc/net/tcp{,6}` when netlink is unavailable). Nothing walks
+//! `/proc` for who holds the socket: no sandboxed process can reach this
+//! host's sockets (see `sandbox::network`).
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -23,15 +17,7 @@ pub(crate) struct PeerSocket {
     pub(crate) inode: u64,
 }
 
-/// Whether `address` is on this machine's loopback (v4-mapped included).
-pub(crate) fn is_loopback(address: IpAddr) -> bool {
-    match address {
-        IpAddr::V4(v4) => v4.is_loopback(),
-        IpAddr::V6(v6) => {
-            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
-        }
-    }
-}
+pub(crate) use crate::addresses::is_this_host;
 
 /// Asks the kernel who owns peer sockets: one `NETLINK_SOCK_DIAG` socket,
 /// opened with the listener, so a lookup needs no new descriptor (a server
@@ -289,170 +275,9 @@ fn proc_address(address: SocketAddr) -> String {
     text
 }
 
-/// Who holds a local peer's socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Holder {
-    /// A process outside this server's sandboxes: the peer may be served.
-    Outside,
-    /// A process in one of this server's sandboxes.
-    Sandboxed,
-    /// No process: the socket is in flight (a descriptor passed in an
-    /// `SCM_RIGHTS` message, not yet received), which a client that waits
-    /// for its answer never does. Refused.
-    Nobody,
-}
-
-/// Whether one of the server's ancestors holds the socket `inode` (the
-/// usual client: the program that launched the server). Cheap: the chain of
-/// parents only. A socket made outside a sandbox never enters one (nothing
-/// outside shares a socket with a sandbox), so such a holder is enough.
-pub(crate) fn held_by_ancestor(inode: u64) -> io::Result<bool> {
-    let wanted = format!("socket:[{inode}]");
-    let mut ancestor = parent_of(std::process::id());
-    let mut hops = 0;
-    while let Some(pid) = ancestor.filter(|pid| *pid > 0 && hops < MAX_HOPS) {
-        if holds(pid, &wanted)? {
-            return Ok(true);
-        }
-        hops += 1;
-        ancestor = parent_of(pid);
-    }
-    Ok(false)
-}
-
-/// Parents followed at most.
-const MAX_HOPS: usize = 64;
-
-/// Who holds the socket `inode`: the server itself, its descendants (those
-/// in a PID namespace other than the server's, or below one, are
-/// sandboxed), then every other process this user may inspect (ancestors
-/// included). A socket no process outside the sandboxes holds is never
-/// served: a sandboxed process that hides its socket in flight during the
-/// walk gets [`Holder::Nobody`]. Blocking (it reads `/proc`); an error when
-/// the walk cannot be made (out of descriptors, or over [`MAX_WALK`]
-/// processes), which the caller refuses (fail closed).
-pub(crate) fn holder(inode: u64) -> io::Result<Holder> {
-    let own_ns = pid_namespace(std::process::id())?;
-    let wanted = format!("socket:[{inode}]");
-    let mut seen = std::collections::HashSet::new();
-    seen.insert(std::process::id());
-    let over = |seen: &std::collections::HashSet<u32>| seen.len() > MAX_WALK;
-    let too_many = || io::Error::other(format!("over {MAX_WALK} processes to look at"));
-    // The server itself (a client embedded in the same process).
-    if holds(std::process::id(), &wanted)? {
-        return Ok(Holder::Outside);
-    }
-    // The descendants, each with whether it is in a sandbox.
-    let mut pending: Vec<(u32, bool)> =
-        children(std::process::id())?.into_iter().map(|pid| (pid, false)).collect();
-    while let Some((pid, inherited)) = pending.pop() {
-        if !seen.insert(pid) {
-            continue;
-        }
-        if over(&seen) {
-            return Err(too_many());
-        }
-        let sandboxed = inherited
-            || match pid_namespace(pid) {
-                Ok(ns) => ns != own_ns,
-                Err(error) if gone(&error) => continue,
-                Err(error) => return Err(error),
-            };
-        if holds(pid, &wanted)? {
-            return Ok(if sandboxed { Holder::Sandboxed } else { Holder::Outside });
-        }
-        pending.extend(children(pid)?.into_iter().map(|child| (child, sandboxed)));
-    }
-    // Everyone else: not a descendant, so never one of ours in a sandbox (a
-    // process cannot leave its PID namespace, and the server is a subreaper).
-    for entry in std::fs::read_dir("/proc")? {
-        let Some(pid) = entry?.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        if !seen.insert(pid) {
-            continue;
-        }
-        if over(&seen) {
-            return Err(too_many());
-        }
-        if holds(pid, &wanted)? {
-            return Ok(Holder::Outside);
-        }
-    }
-    Ok(Holder::Nobody)
-}
-
-fn parent_of(pid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|line| line.strip_prefix("PPid:")).and_then(|v| v.trim().parse().ok())
-}
-
-/// The most processes the walk looks at before it refuses anyway.
-const MAX_WALK: usize = 65_536;
-
-/// Whether a `/proc` read failed because the process is gone.
-fn gone(error: &io::Error) -> bool {
-    matches!(error.raw_os_error(), Some(libc::ENOENT | libc::ESRCH))
-}
-
-/// The children of every thread of `pid` (none when it is gone).
-fn children(pid: u32) -> io::Result<Vec<u32>> {
-    let tasks = match std::fs::read_dir(format!("/proc/{pid}/task")) {
-        Ok(tasks) => tasks,
-        Err(error) if gone(&error) => return Ok(Vec::new()),
-        Err(error) => return Err(error),
-    };
-    let mut found = Vec::new();
-    for task in tasks {
-        let task = task?;
-        match std::fs::read_to_string(task.path().join("children")) {
-            Ok(text) => found.extend(text.split_whitespace().filter_map(|n| n.parse::<u32>().ok())),
-            Err(error) if gone(&error) => {}
-            Err(error) => return Err(error),
-        }
-    }
-    Ok(found)
-}
-
-fn pid_namespace(pid: u32) -> io::Result<std::path::PathBuf> {
-    std::fs::read_link(format!("/proc/{pid}/ns/pid"))
-}
-
-/// Whether one of `pid`'s descriptors is `wanted` (`socket:[INODE]`). A
-/// process whose descriptors this server may not read (another user's, or
-/// one that made itself non-dumpable) is not counted as a holder: a socket
-/// is served only when found outside the sandboxes, so what cannot be read
-/// can only lead to a refusal.
-fn holds(pid: u32, wanted: &str) -> io::Result<bool> {
-    let fds = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
-        Ok(fds) => fds,
-        Err(error) if gone(&error) || error.kind() == io::ErrorKind::PermissionDenied => {
-            return Ok(false)
-        }
-        Err(error) => return Err(error),
-    };
-    for fd in fds {
-        let fd = fd?;
-        if std::fs::read_link(fd.path()).is_ok_and(|target| target.as_os_str() == wanted) {
-            return Ok(true);
-        }
-    }
-    Ok(false)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn loopback_includes_mapped_addresses() {
-        assert!(is_loopback("127.0.0.1".parse().unwrap()));
-        assert!(is_loopback("127.3.2.1".parse().unwrap()));
-        assert!(is_loopback("::1".parse().unwrap()));
-        assert!(is_loopback("::ffff:127.0.0.1".parse().unwrap()));
-        assert!(!is_loopback("::ffff:10.0.0.1".parse().unwrap()));
-        assert!(!is_loopback("10.0.0.1".parse().unwrap()));
-    }
 
     #[test]
     fn finds_the_owner_of_a_loopback_peer_both_ways() {
@@ -467,8 +292,6 @@ mod tests {
             let own = std::fs::read_link(format!("/proc/self/fd/{}", client.as_raw_fd())).unwrap();
             assert_eq!(own.to_str().unwrap(), format!("socket:[{}]", found.inode));
             assert_eq!(proc_net(unmapped(local), unmapped(peer)).unwrap(), found);
-            // Held by this process (a client embedded beside the server).
-            assert_eq!(holder(found.inode).unwrap(), Holder::Outside);
             // Closed by its process: an orphan with inode 0 and uid 0, never root's.
             drop(client);
             let closed = PeerLookup::new().lookup(local, peer).unwrap_err();
@@ -477,8 +300,6 @@ mod tests {
                 "{closed}"
             );
             assert!(proc_net(unmapped(local), unmapped(peer)).is_err());
-            // A socket nobody holds.
-            assert_eq!(holder(found.inode).unwrap(), Holder::Nobody);
             drop(accepted);
         }
     }

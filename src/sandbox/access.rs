@@ -171,7 +171,11 @@ fn check_inside_roots(path: &Path, roots: &Roots) -> Result<(), ErrorObject> {
 /// goes through a symlink that lies inside a writable entry: a process could
 /// have pointed it anywhere since (a read entry through it would grant what
 /// it chose, a deny entry or glob hide nothing).
-fn check_links(path: &Path, writable: &[PathBuf], what: &str) -> Result<(), ErrorObject> {
+pub(super) fn check_links(
+    path: &Path,
+    writable: &[PathBuf],
+    what: &str,
+) -> Result<(), ErrorObject> {
     let mut at = PathBuf::from("/");
     for part in path.components().skip(1) {
         at.push(part);

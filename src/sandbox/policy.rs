@@ -192,6 +192,23 @@ pub(crate) fn resolve(
     roots: &Roots,
     cwd: &Path,
 ) -> Result<Option<Policy>, ErrorObject> {
+    let policy = resolve_policy(sandbox, settings, roots, cwd)?;
+    // Fail closed: a sandbox with network never runs on the host's network.
+    if policy.as_ref().is_some_and(|policy| policy.network) && super::network::helper().is_none() {
+        return Err(ErrorObject::invalid_request(format!(
+            "process/start refused: {}",
+            super::network::missing()
+        )));
+    }
+    Ok(policy)
+}
+
+fn resolve_policy(
+    sandbox: Option<&Sandbox>,
+    settings: &Settings,
+    roots: &Roots,
+    cwd: &Path,
+) -> Result<Option<Policy>, ErrorObject> {
     let restricted = sandbox.filter(|s| s.mode == SandboxMode::Restricted);
     let default = if settings.always {
         let writable =
@@ -237,6 +254,16 @@ pub(crate) fn resolve(
                 .collect::<Result<Vec<_>, _>>()?,
         ),
     };
+    // A root reached through a symlink inside a writable root is refused: a
+    // process could repoint the link, and the next start with the same
+    // roots would confine (or grant) wherever it leads then.
+    let given = [("writable", &asked.writable_roots), ("readable", &asked.readable_roots)];
+    for (kind, list) in given {
+        for root in list.iter().flatten().filter(|root| root.is_absolute()) {
+            let what = format!("sandbox {kind} root {}", root.display());
+            super::access::check_links(root, &writable, &what)?;
+        }
+    }
     let network = asked.network.unwrap_or(false);
     let policy = Policy {
         writable,

@@ -28,7 +28,7 @@ use super::policy::Policy;
 use super::report::{self, LIFE_FD, REPORT_FD};
 use super::roots::Roots;
 use super::sys;
-use super::{init, landlock, seccomp, view};
+use super::{init, landlock, network, seccomp, view};
 
 /// The first argument of the hidden mode.
 pub(crate) const MARKER: &str = "--exec-server-sandbox-trampoline";
@@ -51,6 +51,9 @@ pub(crate) struct Spec {
     /// Mechanisms to treat as missing: how the tests prove the refusal.
     #[serde(default)]
     pub(crate) unavailable: Vec<String>,
+    /// slirp4netns, resolved by the server, for a policy with network.
+    #[serde(default)]
+    pub(crate) network_helper: Option<PathBuf>,
 }
 
 /// Runs the hidden mode; never returns.
@@ -64,9 +67,17 @@ pub(crate) fn main(args: Vec<OsString>) -> ! {
         Ok(abi) => abi,
         Err(message) => fail(&message),
     };
-    if let Err(message) = enter_namespaces() {
+    // Network: a namespace of its own, its helper forked here, in the host's.
+    let egress = match (&spec.network_helper, spec.policy.network) {
+        (_, false) => None,
+        (Some(helper), true) => Some(network::prepare(helper).unwrap_or_else(|m| fail(&m))),
+        (None, true) => fail(&network::missing()),
+    };
+    if let Err(message) = enter_namespaces(egress.is_some()) {
         fail(&message);
     }
+    // Whoever holds this keeps the network up: the init, as long as it lives.
+    let network_life = egress.map(|egress| egress.connect().unwrap_or_else(|m| fail(&m)));
     let roots = match Roots::open(&spec.policy) {
         Ok(roots) => roots,
         Err(message) => fail(&message),
@@ -87,6 +98,7 @@ pub(crate) fn main(args: Vec<OsString>) -> ! {
         }
         _ => {
             drop(status_write);
+            drop(network_life);
             // SAFETY: closing descriptors this process no longer needs.
             unsafe {
                 libc::close(LIFE_FD);
@@ -138,13 +150,16 @@ fn namespaces_missing(error: &str) -> String {
 
 /// New user, mount, PID and IPC namespaces (System V shared memory, semaphores
 /// and queues of the host are out of reach), with this process's uid and gid
-/// mapped to themselves. (No network namespace: the seccomp filter refuses
-/// sockets, which costs nothing at start, where a network namespace cost
-/// about 0.5 ms to create and more to tear down.)
-fn enter_namespaces() -> Result<(), String> {
+/// mapped to themselves; with `network`, a network namespace too (without,
+/// none: the seccomp filter refuses sockets, which costs nothing at start).
+fn enter_namespaces(network: bool) -> Result<(), String> {
     // SAFETY: plain getters.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    let flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
+    let mut flags =
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
+    if network {
+        flags |= libc::CLONE_NEWNET;
+    }
     // SAFETY: unshare with constant flags.
     if unsafe { libc::unshare(flags) } != 0 {
         return Err(namespaces_missing(&std::io::Error::last_os_error().to_string()));

@@ -19,6 +19,7 @@ mod large;
 mod launcher;
 mod listener;
 mod mcp;
+mod netns;
 mod ports;
 mod process;
 mod profiles;

@@ -1,0 +1,408 @@
+//! A sandbox with network has a network namespace of its own: other hosts
+//! are reached (an "outside host" the test makes: a network namespace behind
+//! a veth pair, with 169.254.169.254 routed to it), nothing on this host is
+//! (its loopback, every address of its interfaces, the server's own
+//! listener), and without slirp4netns a networked start is refused. No probe
+//! leaves this machine: each address is checked with `ip route get` first.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use exec_server::{Client, ClientOptions, Sandbox, StartParams};
+use serde_json::json;
+
+use crate::binary::Binary;
+use crate::sandbox::{run, sandboxed, Tree, User, NOBODY};
+use crate::support::{root_or_skip, scratch, within};
+use crate::websocket::WsServer;
+
+/// A host outside this one: a network namespace behind a veth pair
+/// (this side `10.77.N.1`, far side `10.77.N.2`), serving `dir` over HTTP on
+/// port 8080 of every address it has.
+struct OutsideHost {
+    namespace: String,
+    host_link: String,
+    near: IpAddr,
+    far: IpAddr,
+    server: Child,
+    /// Whether 169.254.169.254 was routed to it (and is to be unrouted).
+    metadata: bool,
+}
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+fn ip(args: &[&str]) -> String {
+    let output = Command::new("ip").args(args).output().unwrap();
+    assert!(output.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap()
+}
+
+impl OutsideHost {
+    fn start(dir: &std::path::Path, metadata: bool) -> OutsideHost {
+        let n = (std::process::id() + NEXT.fetch_add(1, Ordering::SeqCst)) % 250 + 1;
+        let namespace = format!("es-outside-{n}");
+        let (host_link, far_link) = (format!("esh{n}"), format!("eso{n}"));
+        // A namespace left by a killed run of the same number goes first.
+        let _ =
+            Command::new("ip").args(["netns", "del", &namespace]).stderr(Stdio::null()).status();
+        ip(&["netns", "add", &namespace]);
+        ip(&[
+            "link", "add", &host_link, "type", "veth", "peer", "name", &far_link, "netns",
+            &namespace,
+        ]);
+        ip(&["addr", "add", &format!("10.77.{n}.1/24"), "dev", &host_link]);
+        ip(&["link", "set", &host_link, "up"]);
+        ip(&["-n", &namespace, "addr", "add", &format!("10.77.{n}.2/24"), "dev", &far_link]);
+        ip(&["-n", &namespace, "link", "set", &far_link, "up"]);
+        ip(&["-n", &namespace, "link", "set", "lo", "up"]);
+        if metadata {
+            ip(&["-n", &namespace, "addr", "add", "169.254.169.254/32", "dev", &far_link]);
+            ip(&["route", "add", "169.254.169.254/32", "via", &format!("10.77.{n}.2")]);
+        }
+        let server = Command::new("ip")
+            .args(["netns", "exec", &namespace, "python3", "-m", "http.server", "8080"])
+            .arg("--directory")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let host = OutsideHost {
+            namespace,
+            host_link,
+            near: format!("10.77.{n}.1").parse().unwrap(),
+            far: format!("10.77.{n}.2").parse().unwrap(),
+            server,
+            metadata,
+        };
+        host.confirm_inside(host.far);
+        host
+    }
+
+    /// Fails unless `address` leads into this test's namespace.
+    fn confirm_inside(&self, address: IpAddr) {
+        let route = ip(&["route", "get", &address.to_string()]);
+        assert!(
+            route.contains(&format!("dev {} ", self.host_link)),
+            "{address} does not lead into the test's namespace: {route}"
+        );
+    }
+
+    /// Waits until its HTTP server answers at `address` (from this host).
+    async fn serving(&self, address: IpAddr) {
+        self.confirm_inside(address);
+        within("the outside host's HTTP server", async {
+            loop {
+                if let Ok(body) = http_get(address, "/") {
+                    if body.starts_with("HTTP/1.0 200") {
+                        return;
+                    }
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+    }
+}
+
+impl Drop for OutsideHost {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+        if self.metadata {
+            let _ = Command::new("ip").args(["route", "del", "169.254.169.254/32"]).status();
+        }
+        let _ = Command::new("ip").args(["netns", "del", &self.namespace]).status();
+    }
+}
+
+/// A plain HTTP/1.0 GET from this host; the whole answer.
+fn http_get(address: IpAddr, path: &str) -> std::io::Result<String> {
+    let mut stream = TcpStream::connect_timeout(
+        &SocketAddr::new(address, 8080),
+        std::time::Duration::from_secs(2),
+    )?;
+    stream.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+/// This host's addresses that a socket can bind to (link-local v6 needs a scope: left out).
+fn host_addresses() -> Vec<IpAddr> {
+    let text = ip(&["-o", "addr", "show"]);
+    let mut addresses: Vec<IpAddr> = text
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            words.find(|w| *w == "inet" || *w == "inet6")?;
+            words.next()?.split('/').next()?.parse().ok()
+        })
+        .filter(|address: &IpAddr| match address {
+            IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) != 0xfe80,
+            IpAddr::V4(_) => true,
+        })
+        .collect();
+    addresses.sort();
+    addresses.dedup();
+    addresses
+}
+
+/// What the sandbox tries: a TCP connect to each `host:port` and a UDP
+/// datagram to each; one line per try.
+const PROBE: &str = r#"
+import socket, sys
+for target in sys.argv[1:]:
+    kind, host, port = target.split(",")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    if kind == "tcp":
+        s = socket.socket(family, socket.SOCK_STREAM)
+        s.settimeout(3)
+        try:
+            s.connect((host, int(port)))
+            print(target, "connected")
+        except OSError as e:
+            print(target, e.__class__.__name__, e.errno)
+    else:
+        s = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            s.sendto(b"probe", (host, int(port)))
+            print(target, "sent")
+        except OSError as e:
+            print(target, e.__class__.__name__, e.errno)
+    s.close()
+"#;
+
+#[tokio::test]
+async fn a_networked_sandbox_reaches_other_hosts_and_nothing_on_this_one() {
+    if !root_or_skip("a network namespace for the outside host") {
+        return;
+    }
+    let dir = scratch("netns-outside");
+    let payload: Vec<u8> =
+        (0..1_048_576u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    std::fs::write(dir.join("payload"), &payload).unwrap();
+    let outside = OutsideHost::start(&dir, true);
+    outside.serving(outside.far).await;
+    // The metadata address answers the host itself, from the test's namespace.
+    let metadata: IpAddr = "169.254.169.254".parse().unwrap();
+    outside.serving(metadata).await;
+    // Listeners on every address of this host (the veth's side included).
+    let mut addresses = host_addresses();
+    assert!(addresses.contains(&outside.near), "{addresses:?}");
+    addresses.retain(|a| *a != metadata);
+    let tcp: Vec<TcpListener> =
+        addresses.iter().map(|a| TcpListener::bind((*a, 0)).unwrap()).collect();
+    let udp: Vec<UdpSocket> = addresses.iter().map(|a| UdpSocket::bind((*a, 0)).unwrap()).collect();
+    for socket in &tcp {
+        socket.set_nonblocking(true).unwrap();
+    }
+    for socket in &udp {
+        socket.set_nonblocking(true).unwrap();
+    }
+    let mut targets: Vec<String> = Vec::new();
+    for (listener, socket) in tcp.iter().zip(&udp) {
+        let (t, u) = (listener.local_addr().unwrap(), socket.local_addr().unwrap());
+        targets.push(format!("tcp,{},{}", t.ip(), t.port()));
+        targets.push(format!("udp,{},{}", u.ip(), u.port()));
+    }
+    targets.push(format!("tcp,{metadata},8080"));
+    for user in User::all() {
+        let tree = Tree::new("netns", user);
+        let mut server = user.ready(&[], &[]).await;
+        let got = tree.w.join("got");
+        let script = format!(
+            "import urllib.request; open('{}', 'wb').write(urllib.request.urlopen('http://{}:8080/payload', timeout=10).read())",
+            got.display(),
+            outside.far
+        );
+        let mut argv = vec!["python3", "-c", PROBE];
+        argv.extend(targets.iter().map(String::as_str));
+        let sandbox = json!({"mode": "restricted", "writableRoots": [tree.w()], "network": true});
+        let started = server
+            .call("process/start", sandboxed("probe", &argv, tree.w(), json!({}), sandbox.clone()))
+            .await;
+        if user == User::Nobody && !tun_usable_by_nobody() {
+            // This host keeps /dev/net/tun from other users: refused, never run bare.
+            assert_eq!(
+                started["error"],
+                json!({"code": -32600, "message": format!("cannot sandbox `python3`: a sandbox with network needs /dev/net/tun for slirp4netns, and uid {NOBODY} cannot open it: Permission denied (os error 13)")})
+            );
+            continue;
+        }
+        assert!(started.get("error").is_none(), "{started}");
+        let output = collect(&mut server, "probe").await;
+        let mut expected: Vec<String> = Vec::new();
+        for target in &targets {
+            let host: IpAddr = target.split(',').nth(1).unwrap().parse().unwrap();
+            let udp = target.starts_with("udp");
+            let verdict = match (host.is_loopback(), udp) {
+                // Its own loopback: nothing listens there, and a datagram goes nowhere.
+                (true, true) => "sent",
+                (true, false) => "ConnectionRefusedError 111",
+                // A prohibit route: EACCES at once, no packet leaves.
+                (false, _) => "PermissionError 13",
+            };
+            expected.push(format!("{target} {verdict}"));
+        }
+        assert_eq!(output.lines().collect::<Vec<_>>(), expected);
+        // No listener of this host saw a connection or a datagram.
+        for listener in &tcp {
+            assert_eq!(listener.accept().unwrap_err().kind(), ErrorKind::WouldBlock);
+        }
+        for socket in &udp {
+            let mut buffer = [0u8; 16];
+            assert_eq!(socket.recv_from(&mut buffer).unwrap_err().kind(), ErrorKind::WouldBlock);
+        }
+        // Another host is reached, and what it sends arrives whole.
+        let (output, code) = run(
+            &mut server,
+            sandboxed("fetch", &["python3", "-c", &script], tree.w(), json!({}), sandbox),
+        )
+        .await;
+        assert_eq!((output.as_str(), code), ("", 0));
+        assert!(std::fs::read(&got).unwrap() == payload, "the download differs");
+    }
+}
+
+/// Whether uid 65534 may open /dev/net/tun here (Debian makes it 0666; some
+/// containers keep it 0600).
+fn tun_usable_by_nobody() -> bool {
+    let status = Command::new("setpriv")
+        .args([&format!("--reuid={NOBODY}"), &format!("--regid={NOBODY}"), "--clear-groups"])
+        .args(["sh", "-c", "exec 3<>/dev/net/tun"])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    status.success()
+}
+
+/// A process's output until it closes (its exit code must be 0).
+async fn collect(server: &mut Binary, id: &str) -> String {
+    let mut output = Vec::new();
+    loop {
+        let message = server.next().await.expect("the server closed stdout");
+        if message["params"]["processId"] != id {
+            continue;
+        }
+        match message["method"].as_str() {
+            Some("process/output") => {
+                output.extend(crate::support::unb64(&message["params"]["chunk"]));
+            }
+            Some("process/exited") => {
+                assert_eq!(
+                    message["params"]["exitCode"],
+                    0,
+                    "{}",
+                    String::from_utf8_lossy(&output)
+                );
+            }
+            Some("process/closed") => return String::from_utf8(output).unwrap(),
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_networked_sandbox_cannot_reach_its_own_servers_listener() {
+    let tree = Tree::new("netns-listener", User::Current);
+    for args in [&["--listen", "ws://127.0.0.1:0"][..], &["--listen", "ws://[::1]:0"][..]] {
+        let server = WsServer::start(args).await;
+        let client = Client::connect_ws(&server.url, ClientOptions::default()).await.unwrap();
+        let address: SocketAddr = server.url.strip_prefix("ws://").unwrap().parse().unwrap();
+        // Its own loopback, and every address of this host: no connection.
+        let mut argv = vec!["python3".to_owned(), "-c".to_owned(), PROBE.to_owned()];
+        argv.push(format!("tcp,{},{}", address.ip(), address.port()));
+        for host in host_addresses() {
+            argv.push(format!("tcp,{host},{}", address.port()));
+        }
+        let sandbox = Sandbox::restricted([&tree.w]).network(true);
+        let params = StartParams::new("boxed", argv.clone(), &tree.w).sandbox(sandbox);
+        let mut boxed = client.start(params).await.unwrap();
+        let (output, status) = within("the sandboxed probe", boxed.output_to_end()).await.unwrap();
+        let output = String::from_utf8(output).unwrap();
+        assert_eq!(status.code, 0, "{output}");
+        for line in output.lines() {
+            let (target, verdict) = line.split_once(' ').unwrap();
+            let host: IpAddr = target.split(',').nth(1).unwrap().parse().unwrap();
+            let expected = if host.is_loopback() {
+                "ConnectionRefusedError 111"
+            } else {
+                "PermissionError 13"
+            };
+            assert_eq!(verdict, expected, "{line}");
+        }
+        assert_eq!(output.lines().count(), argv.len() - 3);
+        // Nor can it take one of this host's addresses as its source.
+        for host in host_addresses().into_iter().filter(|h| !h.is_loopback()) {
+            let bind = "import socket, sys\ntry:\n    socket.socket(socket.AF_INET6 if ':' in sys.argv[1] else socket.AF_INET).bind((sys.argv[1], 0))\n    print('bound')\nexcept OSError as e:\n    print(e.errno)";
+            let argv = ["python3", "-c", bind, &host.to_string()];
+            let sandbox = Sandbox::restricted([&tree.w]).network(true);
+            let params = StartParams::new(format!("bind-{host}"), argv, &tree.w).sandbox(sandbox);
+            let mut bound = client.start(params).await.unwrap();
+            let (output, _) = within("the binding probe", bound.output_to_end()).await.unwrap();
+            assert_eq!(String::from_utf8(output).unwrap(), "99\n", "{host}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn without_slirp4netns_a_networked_start_is_refused_and_nothing_runs() {
+    let tree = Tree::new("netns-missing", User::Current);
+    let marker = tree.w.join("ran");
+    let mut command = tokio::process::Command::new(crate::binary::BIN);
+    command.env("PATH", "/nonexistent");
+    let mut server = Binary::from_command(command);
+    server.result("initialize", json!({"clientName": "it"})).await;
+    server.send_line(r#"{"method":"initialized"}"#).await;
+    let script = format!("touch {}", marker.display());
+    let sandbox = json!({"mode": "restricted", "writableRoots": [tree.w()], "network": true});
+    let mut params = sandboxed("n", &["/bin/sh", "-c", &script], tree.w(), json!({}), sandbox);
+    params["env"]["PATH"] = json!("/nonexistent");
+    let answer = server.call("process/start", params).await;
+    assert_eq!(
+        answer["error"],
+        json!({"code": -32600, "message": "process/start refused: a sandbox with network needs slirp4netns (Debian package slirp4netns) on the server's PATH, and it is not there; without it the sandbox would share the host's network"})
+    );
+    // Without network the same server runs it.
+    let sandbox = json!({"mode": "restricted", "writableRoots": [tree.w()]});
+    let mut params = sandboxed("m", &["/bin/sh", "-c", "echo ok"], tree.w(), json!({}), sandbox);
+    params["env"]["PATH"] = json!("/nonexistent");
+    assert_eq!(run(&mut server, params).await, ("ok\n".to_owned(), 0));
+    assert!(!marker.exists());
+}
+
+#[tokio::test]
+async fn a_root_through_a_link_inside_a_writable_root_is_refused() {
+    let tree = Tree::new("netns-relink", User::Current);
+    let link = tree.w.join("link");
+    std::os::unix::fs::symlink(&tree.out, &link).unwrap();
+    let mut server = Binary::ready(&[]).await;
+    for (field, roots) in
+        [("writableRoots", json!([tree.w(), link])), ("readableRoots", json!(["/usr", link]))]
+    {
+        let mut sandbox = json!({"mode": "restricted", "writableRoots": [tree.w()]});
+        sandbox[field] = roots;
+        let answer = server
+            .call("process/start", sandboxed("l", &["true"], tree.w(), json!({}), sandbox))
+            .await;
+        let kind = if field == "writableRoots" { "writable" } else { "readable" };
+        assert_eq!(
+            answer["error"],
+            json!({"code": -32600, "message": format!(
+                "sandbox {kind} root {} goes through the symlink {}, which lies inside writable {} (a process could have pointed it anywhere)",
+                link.display(), link.display(), tree.w()
+            )})
+        );
+    }
+    // A link outside every writable root (Debian's /bin) stays allowed.
+    let sandbox = json!({"mode": "restricted", "writableRoots": [tree.w()], "readableRoots": ["/bin", "/usr", "/lib", "/lib64"]});
+    let (output, code) = run(
+        &mut server,
+        sandboxed("b", &["/bin/sh", "-c", "echo fine"], tree.w(), json!({}), sandbox),
+    )
+    .await;
+    assert_eq!((output.as_str(), code), ("fine\n", 0));
+}
