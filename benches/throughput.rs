@@ -7,7 +7,7 @@
 //! pre-encoded output), so the server is never blamed for the client.
 //! Prints a table, then the same rows as JSON (also written to
 //! `target/bench.json`). `EXEC_SERVER_BIN` measures another build;
-//! `BENCH_ONLY=fs,stream` runs only those sections (round, startup, spawn, stream, fs, ws, tunnel, watch, mcp).
+//! `BENCH_ONLY=fs,stream` runs only those sections (round, startup, spawn, stream, fs, ws, net, tunnel, watch, mcp).
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
 use std::io::{BufRead, Write};
@@ -19,6 +19,8 @@ use exec_server::protocol::{GetMetadata, PathParams, ProcessTerminate, Terminate
 use exec_server::*;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
+#[path = "throughput/network.rs"]
+mod network;
 #[path = "throughput/tunnel.rs"]
 mod tunnel;
 
@@ -631,7 +633,7 @@ async fn bench() {
                 let plain = plain_upgrade_server().await;
                 let baseline = median_of(|| upgrades(&plain, UPGRADES)).await;
                 rows.push(Row {
-                    what: "WebSocket upgrade, peer uid + sandbox checked (us)",
+                    what: "WebSocket upgrade, peer uid checked (us)",
                     server: micros(served, UPGRADES),
                     baseline: micros(baseline, UPGRADES),
                     baseline_what: "the same upgrade, bench's own server",
@@ -674,6 +676,9 @@ async fn bench() {
             }
             Err(error) => println!("(WebSocket rows skipped: {error})"),
         }
+    }
+    if wanted("net") {
+        network::rows(&client, &mut rows).await;
     }
     if wanted("tunnel") {
         tunnel_rows(&client, &mut rows).await;

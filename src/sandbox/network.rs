@@ -6,9 +6,10 @@
 //!
 //! The trampoline does it all, in order: [`prepare`] (in the host's
 //! namespaces: the host's addresses, and a helper process forked to become
-//! slirp4netns, waiting), then the namespaces, then [`Egress::connect`] (the
-//! helper attaches, configures `tap0`, says it is ready, and the routes are
-//! set while the trampoline still holds `CAP_NET_ADMIN` in its namespace).
+//! slirp4netns, waiting), then the namespaces, then [`Egress::attach`] (the
+//! helper attaches and configures `tap0` while the trampoline builds the
+//! view), then [`Attaching::finish`] (it said it is ready; the routes are set
+//! while the trampoline still holds `CAP_NET_ADMIN` in its namespace).
 //! slirp4netns lives as long as the sandbox's init holds its exit pipe: it
 //! ends when the namespace's last process does.
 
@@ -135,15 +136,31 @@ fn become_helper(program: &CString, args: &[CString], go: OwnedFd, keep: &[Owned
     }
 }
 
+/// The helper attaching to the namespace while the trampoline goes on.
+pub(crate) struct Attaching {
+    ready: OwnedFd,
+    exit: OwnedFd,
+    helper: libc::pid_t,
+    host: Vec<IpAddr>,
+}
+
 impl Egress {
-    /// In the new namespaces: lets the helper attach, waits until it is
-    /// ready, then keeps the host's addresses out of reach. The exit pipe
-    /// is returned: whoever holds it keeps the network up.
-    pub(crate) fn connect(self) -> Result<OwnedFd, String> {
+    /// In the new namespaces: lets the helper attach (it takes a few
+    /// milliseconds; the trampoline builds the view meanwhile).
+    pub(crate) fn attach(self) -> Result<Attaching, String> {
         let Egress { go, ready, exit, helper, host } = self;
         sys::write_all(go.as_raw_fd(), b"1")
             .map_err(|e| format!("cannot start the sandbox's network helper: {e}"))?;
-        drop(go);
+        Ok(Attaching { ready, exit, helper, host })
+    }
+}
+
+impl Attaching {
+    /// Waits until the helper is ready, then keeps the host's addresses out
+    /// of reach. The exit pipe is returned: whoever holds it keeps the
+    /// network up.
+    pub(crate) fn finish(self) -> Result<OwnedFd, String> {
+        let Attaching { ready, exit, helper, host } = self;
         if !wait_ready(&ready) {
             return Err(helper_failed(helper));
         }

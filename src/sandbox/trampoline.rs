@@ -76,8 +76,7 @@ pub(crate) fn main(args: Vec<OsString>) -> ! {
     if let Err(message) = enter_namespaces(egress.is_some()) {
         fail(&message);
     }
-    // Whoever holds this keeps the network up: the init, as long as it lives.
-    let network_life = egress.map(|egress| egress.connect().unwrap_or_else(|m| fail(&m)));
+    let attaching = egress.map(|egress| egress.attach().unwrap_or_else(|m| fail(&m)));
     let roots = match Roots::open(&spec.policy) {
         Ok(roots) => roots,
         Err(message) => fail(&message),
@@ -85,6 +84,8 @@ pub(crate) fn main(args: Vec<OsString>) -> ! {
     if let Err(message) = view::build(&roots, &spec.cwd) {
         fail(&message);
     }
+    // Whoever holds this keeps the network up: the init, as long as it lives.
+    let network_life = attaching.map(|attaching| attaching.finish().unwrap_or_else(|m| fail(&m)));
     let (status_read, status_write) = match status_pipe() {
         Ok(pipe) => pipe,
         Err(message) => fail(&message),
