@@ -117,6 +117,30 @@ impl Drop for Inner {
     }
 }
 
+/// The variable upstream Codex reads the bearer token for a remote
+/// exec-server from, used when no token is configured.
+pub const CONNECTION_TOKEN_ENV: &str = "CODEX_EXEC_SERVER_CONNECTION_TOKEN";
+
+/// The token in [`CONNECTION_TOKEN_ENV`], when set; an error names the
+/// variable when its value cannot be a bearer token.
+fn connection_token_from_env() -> Result<Option<String>, Error> {
+    let Some(value) = std::env::var_os(CONNECTION_TOKEN_ENV) else { return Ok(None) };
+    let invalid = |why: &str| {
+        Error::io(
+            format!("{CONNECTION_TOKEN_ENV} is invalid"),
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, why.to_owned()),
+        )
+    };
+    let token = value.into_string().map_err(|_| invalid("it is not UTF-8"))?;
+    if token.is_empty() {
+        return Err(invalid("it is empty"));
+    }
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(invalid("a bearer token is visible ASCII without spaces"));
+    }
+    Ok(Some(token))
+}
+
 impl Client {
     /// Connects over `reader`/`writer` (a child's stdout/stdin, a duplex pipe)
     /// and performs the handshake with the default options.
@@ -152,7 +176,10 @@ impl Client {
     /// [`Error::SessionLost`].
     pub async fn connect_ws(url: &str, options: ClientOptions) -> Result<Client, Error> {
         let url = url.to_owned();
-        let token = options.bearer_token.clone();
+        let token = match options.bearer_token.clone() {
+            Some(token) => Some(token),
+            None => connection_token_from_env()?,
+        };
         let connector: resume::Connector = Arc::new(move || {
             let (url, token) = (url.clone(), token.clone());
             Box::pin(async move {
@@ -609,7 +636,19 @@ impl StartParams {
             sandbox: None,
             pipe_stdin: false,
             size: None,
+            metadata: None,
         }
+    }
+
+    /// Tells the process who asked: `CODEX_THREAD_ID` and `CODEX_TOOL_CALL_ID`
+    /// in its environment (each at most 256 bytes, without NUL or newline).
+    pub fn metadata(
+        mut self,
+        thread_id: Option<String>,
+        tool_call_id: Option<String>,
+    ) -> StartParams {
+        self.metadata = Some(StartMetadata { thread_id, tool_call_id });
+        self
     }
 
     /// Runs under a pseudo-terminal of `rows` x `cols`.

@@ -84,7 +84,7 @@ mod watch;
 
 pub use crate::client::{
     Client, ClientOptions, Event, EventStream, ExitStatus, Forward, OutputChunk, PortWatch,
-    Process, Tunnel, Watch,
+    Process, Tunnel, Watch, CONNECTION_TOKEN_ENV,
 };
 pub use crate::dialect::Dialect;
 pub use crate::error::Error;
@@ -96,7 +96,7 @@ pub use crate::filesystem::LocalFileSystem;
 pub use crate::filesystem::{FileSystem, RemoteFileSystem};
 pub use crate::launcher::{LaunchCommand, Launcher, Shutdown, SshCommand};
 pub use crate::protocol::{
-    Access, AccessEntry, Sandbox, SandboxMode, SandboxType, StartParams, TtySize,
+    Access, AccessEntry, Sandbox, SandboxMode, SandboxType, StartMetadata, StartParams, TtySize,
 };
 
 #[cfg(feature = "server")]

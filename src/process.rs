@@ -233,10 +233,11 @@ impl ProcessTable {
     pub(crate) fn begin_start(
         &mut self,
         request: crate::protocol::RequestId,
-        params: StartParams,
+        mut params: StartParams,
         shape: Shape,
         roots: Arc<Roots>,
     ) -> Result<Begun, ErrorObject> {
+        export_metadata(&mut params)?;
         if params.argv.is_empty() {
             return Err(ErrorObject::invalid_params("argv must not be empty"));
         }
@@ -923,6 +924,28 @@ impl ProcessTable {
         let held = crate::hold::Held::try_take(&[&room], &self.account, line.len());
         Line::charged(line, held)
     }
+}
+
+/// The most bytes a `metadata` value may hold.
+pub(crate) const MAX_METADATA_BYTES: usize = 256;
+
+/// A start's `metadata`, checked, into the process's environment.
+fn export_metadata(params: &mut StartParams) -> Result<(), ErrorObject> {
+    let Some(metadata) = params.metadata.take() else { return Ok(()) };
+    let fields = [
+        ("threadId", "CODEX_THREAD_ID", metadata.thread_id),
+        ("toolCallId", "CODEX_TOOL_CALL_ID", metadata.tool_call_id),
+    ];
+    for (field, variable, value) in fields {
+        let Some(value) = value else { continue };
+        if value.len() > MAX_METADATA_BYTES || value.contains(['\0', '\n', '\r']) {
+            return Err(ErrorObject::invalid_params(format!(
+                "metadata.{field} must be a string of at most {MAX_METADATA_BYTES} bytes without NUL or newline"
+            )));
+        }
+        params.env.insert(variable.to_owned(), value);
+    }
+    Ok(())
 }
 
 fn unknown(id: &str) -> ErrorObject {

@@ -169,8 +169,8 @@ fn start_fields(object: &mut Map<String, Value>, dialect: &mut Dialect) -> Resul
             ))
         }
     }
-    // Attribution only.
-    if object.remove("metadata").is_some() {
+    // Exported to the process (CODEX_THREAD_ID, CODEX_TOOL_CALL_ID).
+    if object.get("metadata").is_some_and(|m| !m.is_null()) {
         *dialect = Dialect::Today;
     }
     if let Some(policy) = object.remove("envPolicy").filter(|p| !p.is_null()) {
@@ -244,7 +244,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             inbound.params,
-            json!({"cwd": "/w", "env": {"A": "1", "B": "2"}, "sandbox": {"mode": "restricted", "writableRoots": ["/w"], "network": false}})
+            json!({"cwd": "/w", "env": {"A": "1", "B": "2"}, "metadata": {"threadId": "t"}, "sandbox": {"mode": "restricted", "writableRoots": ["/w"], "network": false}})
         );
         let error =
             translate("process/start", json!({"shellSnapshot": {"scopeId": "s"}})).unwrap_err();

@@ -2,9 +2,10 @@
 //! one engine: each command is a process of the in-process server, started
 //! through our own [`Client`] (so it gets the sandbox, the bounds and the
 //! tree kill), and a session is a small integer that names it. A pump task
-//! per session takes its output as it comes (at most [`BUFFER`] bytes wait
-//! for the next answer; older ones are counted and cut), and the tools wait
-//! for it, or for the exit, up to their yield time.
+//! per session takes its output as it comes (between two answers it keeps the
+//! first [`HEAD`] bytes and the last [`TAIL`]; what lies between is counted
+//! and cut, as Codex's head and tail buffers do), and the tools wait for it,
+//! or for the exit, up to their yield time.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -21,8 +22,11 @@ use crate::client::lock;
 use crate::protocol::{ProcessTerminate, ProcessWrite, TerminateParams, WriteParams};
 use crate::{Client, Sandbox, StartParams};
 
-/// Output bytes a session keeps for its next answer.
-const BUFFER: usize = 1 << 20;
+/// The first output bytes a session keeps for its next answer.
+const HEAD: usize = 512 * 1024;
+/// The last output bytes a session keeps for its next answer (the rest of
+/// one MiB: what an answer can show whatever its `max_output_tokens`).
+const TAIL: usize = 512 * 1024;
 /// Sessions running at once.
 pub(crate) const MAX_SESSIONS: usize = 64;
 /// How long a kill waits for the process's last output and exit.
@@ -51,8 +55,7 @@ pub(crate) struct Command {
 /// What a session's pump has gathered since the last answer.
 #[derive(Default)]
 struct Gathered {
-    output: Vec<u8>,
-    dropped: usize,
+    output: Output,
     /// The exit code, once the output has ended and the process exited.
     exit: Option<i32>,
     /// The pump ended (exit known, or the connection to the engine lost).
@@ -253,10 +256,9 @@ impl Exec {
                 break;
             }
         }
-        let (output, dropped, exit, done) = {
+        let (output, exit, done) = {
             let mut gathered = lock(&session.gathered);
-            let output = std::mem::take(&mut gathered.output);
-            (output, std::mem::take(&mut gathered.dropped), gathered.exit, gathered.done)
+            (std::mem::take(&mut gathered.output), gathered.exit, gathered.done)
         };
         if done {
             lock(&self.table).sessions.remove(&id);
@@ -265,8 +267,9 @@ impl Exec {
             wall: started.elapsed(),
             exit_code: exit,
             session_id: Some(id),
-            output: &output,
-            dropped,
+            head: &output.head,
+            tail: &output.tail,
+            produced: output.produced,
             max_output_tokens,
         };
         Ok(answer.render())
@@ -281,14 +284,7 @@ fn process_id(id: u32) -> String {
 /// Takes the process's output until it ends, then its exit.
 async fn pump(mut process: crate::Process, gathered: Arc<Mutex<Gathered>>, changed: Arc<Notify>) {
     while let Ok(Some(chunk)) = process.next_output().await {
-        let mut gathered = lock(&gathered);
-        gathered.output.extend_from_slice(&chunk.bytes);
-        let over = gathered.output.len().saturating_sub(BUFFER);
-        if over > 0 {
-            gathered.output.drain(..over);
-            gathered.dropped += over;
-        }
-        drop(gathered);
+        lock(&gathered).output.push(&chunk.bytes);
         changed.notify_waiters();
     }
     let exit = process.wait().await.ok().map(|status| status.code);
@@ -297,6 +293,32 @@ async fn pump(mut process: crate::Process, gathered: Arc<Mutex<Gathered>>, chang
     done.done = true;
     drop(done);
     changed.notify_waiters();
+}
+
+/// The output since the last answer: its first [`HEAD`] bytes, its last
+/// [`TAIL`] (after the head), and how many bytes were produced in all.
+#[derive(Default)]
+struct Output {
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    produced: usize,
+}
+
+impl Output {
+    fn push(&mut self, mut bytes: &[u8]) {
+        self.produced += bytes.len();
+        let into_head = (HEAD - self.head.len()).min(bytes.len());
+        self.head.extend_from_slice(&bytes[..into_head]);
+        bytes = &bytes[into_head..];
+        if bytes.len() >= TAIL {
+            self.tail.clear();
+            self.tail.extend_from_slice(&bytes[bytes.len() - TAIL..]);
+            return;
+        }
+        let over = (self.tail.len() + bytes.len()).saturating_sub(TAIL);
+        self.tail.drain(..over);
+        self.tail.extend_from_slice(bytes);
+    }
 }
 
 /// `$SHELL`, else /bin/bash, else /bin/sh.

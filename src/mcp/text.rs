@@ -15,20 +15,21 @@ pub(crate) struct Answer<'a> {
     pub(crate) exit_code: Option<i32>,
     /// The session to write to, while it runs.
     pub(crate) session_id: Option<u32>,
-    /// The output since the last answer (lossy UTF-8 for the text).
-    pub(crate) output: &'a [u8],
-    /// Bytes of output before `output` that were not kept (over the buffer).
-    pub(crate) dropped: usize,
+    /// The first bytes of the output since the last answer.
+    pub(crate) head: &'a [u8],
+    /// Its last bytes, after the head (contiguous with it when nothing was cut).
+    pub(crate) tail: &'a [u8],
+    /// Bytes produced since the last answer (those between head and tail included).
+    pub(crate) produced: usize,
     pub(crate) max_output_tokens: usize,
 }
 
 impl Answer<'_> {
     /// The text and the structured content.
     pub(crate) fn render(&self) -> (String, Value) {
-        let total = self.output.len() + self.dropped;
-        let tokens = total.div_ceil(BYTES_PER_TOKEN);
+        let tokens = self.produced.div_ceil(BYTES_PER_TOKEN);
         let limit = self.max_output_tokens.saturating_mul(BYTES_PER_TOKEN);
-        let (output, truncated) = cut(self.output, self.dropped, limit);
+        let (output, truncated) = cut(self.head, self.tail, self.produced, limit);
         let chunk_id = chunk_id();
         let status = match (self.exit_code, self.session_id) {
             (Some(code), _) => format!("Process exited with code {code}"),
@@ -52,22 +53,55 @@ impl Answer<'_> {
     }
 }
 
-/// `output` within `limit` bytes: its head and its tail around a marker that
-/// says how many tokens were cut (bytes dropped before it count as cut).
-fn cut(output: &[u8], dropped: usize, limit: usize) -> (String, bool) {
-    if output.len() <= limit && dropped == 0 {
-        return (String::from_utf8_lossy(output).into_owned(), false);
+/// The output within `limit` bytes, as Codex cuts it: the first half of the
+/// budget from its beginning and the second half from its end, around a
+/// marker that says how many tokens were cut (bytes never kept count as cut).
+/// Neither cut breaks a UTF-8 character: the head ends before one that would
+/// not fit, the tail begins after one that was cut.
+fn cut(head: &[u8], tail: &[u8], produced: usize, limit: usize) -> (String, bool) {
+    let kept = head.len() + tail.len();
+    if produced <= limit && kept == produced {
+        let mut whole = head.to_vec();
+        whole.extend_from_slice(tail);
+        return (String::from_utf8_lossy(&whole).into_owned(), false);
     }
-    let keep = limit.min(output.len());
-    let (head, tail) = (keep / 2, keep - keep / 2);
-    let cut_bytes = dropped + output.len() - head - tail;
+    let head_budget = limit / 2;
+    let tail_budget = limit - head_budget;
+    // The first bytes: from the head, then (when nothing was cut) the tail.
+    let mut first = head[..head_budget.min(head.len())].to_vec();
+    if kept == produced && first.len() < head_budget {
+        first.extend_from_slice(&tail[..(head_budget - first.len()).min(tail.len())]);
+    }
+    // The last bytes: from the tail, then (when nothing was cut) the head's end.
+    let mut last = tail[tail.len().saturating_sub(tail_budget)..].to_vec();
+    if kept == produced && last.len() < tail_budget {
+        let more = (tail_budget - last.len()).min(head.len() - first.len().min(head.len()));
+        let mut before = head[head.len() - more..].to_vec();
+        before.extend_from_slice(&last);
+        last = before;
+    }
+    let first = &first[..char_end(&first)];
+    let last = &last[char_start(&last)..];
+    let cut_bytes = produced - first.len() - last.len();
     let marker = format!("\n…{} tokens truncated…\n", cut_bytes.div_ceil(BYTES_PER_TOKEN));
-    let text = format!(
-        "{}{marker}{}",
-        String::from_utf8_lossy(&output[..head]),
-        String::from_utf8_lossy(&output[output.len() - tail..])
-    );
+    let text =
+        format!("{}{marker}{}", String::from_utf8_lossy(first), String::from_utf8_lossy(last));
     (text, true)
+}
+
+/// The length of `bytes` without a last character that was cut short.
+fn char_end(bytes: &[u8]) -> usize {
+    match std::str::from_utf8(bytes) {
+        Ok(_) => bytes.len(),
+        // An invalid byte inside stays (shown as U+FFFD); only a cut tail goes.
+        Err(error) if error.error_len().is_none() => error.valid_up_to(),
+        Err(_) => bytes.len(),
+    }
+}
+
+/// Where `bytes` begins after the continuation bytes of a character cut at its start.
+fn char_start(bytes: &[u8]) -> usize {
+    bytes.iter().take(3).take_while(|b| (**b & 0xC0) == 0x80).count()
 }
 
 /// Six hex digits, different for each answer.
@@ -85,8 +119,9 @@ mod tests {
             wall: std::time::Duration::from_millis(1002),
             exit_code: Some(0),
             session_id: Some(3),
-            output: b"hello\n",
-            dropped: 0,
+            head: b"hello\n",
+            tail: b"",
+            produced: 6,
             max_output_tokens: 10_000,
         };
         let (text, structured) = answer.render();
@@ -110,8 +145,26 @@ mod tests {
     #[test]
     fn long_output_keeps_its_head_and_tail() {
         let output: Vec<u8> = (0..100).map(|i| b'a' + (i % 26) as u8).collect();
-        let (text, truncated) = cut(&output, 0, 20);
+        let (text, truncated) = cut(&output[..60], &output[60..], 100, 20);
         assert!(truncated);
         assert_eq!(text, "abcdefghij\n…20 tokens truncated…\nmnopqrstuv");
+        // The same when the middle was never kept.
+        let (text, _) = cut(&output[..30], &output[90..], 100, 20);
+        assert_eq!(text, "abcdefghij\n…20 tokens truncated…\nmnopqrstuv");
+        // A short head (all of it) and a tail that was kept whole.
+        let (text, _) = cut(&output[..4], &output[4..], 100, 20);
+        assert_eq!(text, "abcdefghij\n…20 tokens truncated…\nmnopqrstuv");
+    }
+
+    #[test]
+    fn no_character_is_broken_at_either_edge() {
+        // "é" is two bytes: a budget of 5 each side falls inside one at both edges.
+        let text = "aaaaéééééééébbbbé".as_bytes();
+        let (shown, _) = cut(text, b"", text.len(), 10);
+        assert_eq!(shown, "aaaa\n…5 tokens truncated…\nbbbé");
+        // A tail that starts inside a character skips its rest.
+        let text = "aaaaééééébb".as_bytes();
+        let (shown, _) = cut(text, b"", text.len(), 9);
+        assert_eq!(shown, "aaaa\n…2 tokens truncated…\nébb");
     }
 }

@@ -449,6 +449,24 @@ pub struct StartParams {
     /// Initial terminal size of a tty process (Part B; default 24x80).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<TtySize>,
+    /// Who asked (Part B and today's dialect): exported to the process as
+    /// `CODEX_THREAD_ID` and `CODEX_TOOL_CALL_ID`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<StartMetadata>,
+}
+
+/// `process/start` metadata (Codex 0.163): each at most 256 bytes, without
+/// NUL or newline.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct StartMetadata {
+    /// The agent's thread, exported as `CODEX_THREAD_ID`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<String>,
+    /// The tool call, exported as `CODEX_TOOL_CALL_ID`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 /// `process/start` result.

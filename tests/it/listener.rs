@@ -595,3 +595,49 @@ async fn a_launcher_starts_a_listening_server_with_a_token_and_connects_with_it(
     let list = launcher.client().list(exec_server::protocol::Empty {}).await.unwrap();
     assert!(list.processes.is_empty());
 }
+
+#[tokio::test]
+async fn the_client_presents_the_codex_connection_token_variable() {
+    let dir = scratch("listener-env-token");
+    let token = token_file(&dir, "from-the-environment");
+    let server = WsServer::start(&[
+        "--listen",
+        "ws://127.0.0.1:0",
+        "--ws-auth",
+        "capability-token",
+        "--ws-token-file",
+        token.to_str().unwrap(),
+    ])
+    .await;
+    // In a child of this test binary: the variable is set for it alone.
+    for (value, expected) in [
+        ("from-the-environment", "CHILD: served".to_owned()),
+        ("bad token", "CHILD: CODEX_EXEC_SERVER_CONNECTION_TOKEN is invalid: a bearer token is visible ASCII without spaces".to_owned()),
+        ("", "CHILD: CODEX_EXEC_SERVER_CONNECTION_TOKEN is invalid: it is empty".to_owned()),
+        ("wrong-token", format!("CHILD: cannot connect to {}: HTTP error: 401 Unauthorized", server.url)),
+    ] {
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "listener::connection_token_child", "--nocapture", "--test-threads=1"])
+            .env(exec_server::CONNECTION_TOKEN_ENV, value)
+            .env("EXEC_SERVER_IT_TOKEN_URL", &server.url)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let line =
+            stderr.lines().find_map(|l| l.find("CHILD: ").map(|at| &l[at..])).unwrap_or_default();
+        assert_eq!(line, expected, "{stderr}");
+    }
+}
+
+/// The child of the test above (does nothing unless it set the URL).
+#[tokio::test]
+async fn connection_token_child() {
+    let Ok(url) = std::env::var("EXEC_SERVER_IT_TOKEN_URL") else { return };
+    match Client::connect_ws(&url, ClientOptions::default()).await {
+        Ok(client) => {
+            client.list(exec_server::protocol::Empty {}).await.unwrap();
+            eprintln!("CHILD: served");
+        }
+        Err(error) => eprintln!("CHILD: {error}"),
+    }
+}

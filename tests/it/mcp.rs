@@ -280,3 +280,54 @@ async fn commands_wait_for_the_clients_roots_and_write_only_there() {
     assert_eq!(answer["result"]["structuredContent"]["output"], "cwd-held\nroot-written\n");
     assert!(!cwd.join("x").exists() && root.join("y").exists());
 }
+
+/// The structured output of an exec answer, and its text's output part.
+fn outputs(answer: &Value) -> (String, String) {
+    let result = &answer["result"];
+    let structured = result["structuredContent"]["output"].as_str().unwrap().to_owned();
+    let text = result["content"][0]["text"].as_str().unwrap();
+    let (_, output) = text.split_once("\nOutput:\n").unwrap();
+    (structured, output.to_owned())
+}
+
+#[tokio::test]
+async fn long_output_keeps_its_whole_head_and_its_tail() {
+    let dir = scratch("mcp-head");
+    let mut mcp = Mcp::start(&dir, false).await;
+    for (id, last) in [(1, 200_000), (2, 2_000_000)] {
+        let cmd = format!("seq 1 {last}");
+        let arguments =
+            json!({"cmd": cmd, "login": false, "max_output_tokens": 200, "yield_time_ms": 30000});
+        mcp.call(id, "exec_command", arguments).await;
+        let answer = mcp.next().await;
+        let (structured, text) = outputs(&answer);
+        assert_eq!(structured, text);
+        assert!(structured.starts_with("1\n2\n3\n"), "{structured}");
+        assert!(structured.ends_with(&format!("\n{last}\n")), "{structured}");
+        // Every byte produced is counted.
+        let produced: usize = (1..=last).map(|n: usize| n.to_string().len() + 1).sum();
+        assert_eq!(
+            answer["result"]["structuredContent"]["original_token_count"],
+            produced.div_ceil(4)
+        );
+        assert_eq!(answer["result"]["structuredContent"]["truncated"], true);
+    }
+    // A poll covers what came since the previous answer: its head is the
+    // first line after it.
+    let cmd = "seq 1 100000; read go; seq 100001 1500000";
+    let arguments =
+        json!({"cmd": cmd, "login": false, "max_output_tokens": 100, "yield_time_ms": 1000});
+    mcp.call(3, "exec_command", arguments).await;
+    let first = mcp.next().await;
+    let (structured, _) = outputs(&first);
+    assert!(structured.starts_with("1\n2\n") && structured.ends_with("\n100000\n"), "{structured}");
+    let session = first["result"]["structuredContent"]["session_id"].clone();
+    let arguments = json!({"session_id": session, "chars": "go\n", "max_output_tokens": 100, "yield_time_ms": 30000});
+    mcp.call(4, "write_stdin", arguments).await;
+    let polled = mcp.next().await;
+    let (structured, text) = outputs(&polled);
+    assert_eq!(structured, text);
+    assert!(structured.starts_with("100001\n100002\n"), "{structured}");
+    assert!(structured.ends_with("\n1500000\n"), "{structured}");
+    assert_eq!(polled["result"]["structuredContent"]["exit_code"], 0);
+}

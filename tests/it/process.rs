@@ -399,3 +399,37 @@ async fn list_shows_every_process() {
     );
     h.result("process/terminate", json!({"processId": "b-running"})).await;
 }
+
+#[tokio::test]
+async fn metadata_reaches_the_environment_and_bad_values_are_refused() {
+    let mut server = crate::binary::Binary::ready(&[]).await;
+    let script = "echo \"$CODEX_THREAD_ID|$CODEX_TOOL_CALL_ID\"";
+    let mut params = crate::support::start_params("m", &["sh", "-c", script], json!({}));
+    params["metadata"] = json!({"threadId": "thread-7", "toolCallId": "call_42"});
+    server.result("process/start", params).await;
+    let mut output = Vec::new();
+    loop {
+        let message = server.next().await.unwrap();
+        match message["method"].as_str() {
+            Some("process/output") => {
+                output.extend(crate::support::unb64(&message["params"]["chunk"]))
+            }
+            Some("process/closed") => break,
+            _ => {}
+        }
+    }
+    assert_eq!(String::from_utf8(output).unwrap(), "thread-7|call_42\n");
+    for (metadata, field) in [
+        (json!({"threadId": "a\nb"}), "threadId"),
+        (json!({"toolCallId": "x".repeat(257)}), "toolCallId"),
+        (json!({"threadId": "ok", "toolCallId": "nul\u{0}"}), "toolCallId"),
+    ] {
+        let mut params = crate::support::start_params("bad", &["true"], json!({}));
+        params["metadata"] = metadata;
+        let error = server.error("process/start", params).await;
+        assert_eq!(
+            error,
+            json!({"code": -32602, "message": format!("metadata.{field} must be a string of at most 256 bytes without NUL or newline")})
+        );
+    }
+}
