@@ -735,12 +735,14 @@ const MCP_CALLS: u32 = 100;
 /// `exec_command {cmd: "true", shell: "/bin/sh", login: false}` through the
 /// MCP face (sandboxed, the working directory writable), against the same
 /// sandboxed start of `/bin/sh -c true` through our own protocol.
-async fn mcp_rows(client: &Client, rows: &mut Vec<Row>) {
-    let scratch =
-        std::env::temp_dir().join(format!("exec-server-bench-mcp-{}", std::process::id()));
-    std::fs::create_dir_all(&scratch).unwrap();
+/// An MCP server (the binary, its first line `opening`) and its pipes; `None`
+/// for a binary without an MCP face.
+async fn mcp_session(
+    scratch: &std::path::Path,
+    opening: &str,
+) -> Option<(tokio::process::Child, McpPipes)> {
     let mut child = tokio::process::Command::new(server_binary())
-        .current_dir(&scratch)
+        .current_dir(scratch)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -749,32 +751,37 @@ async fn mcp_rows(client: &Client, rows: &mut Vec<Row>) {
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}"#;
-    stdin
-        .write_all(
-            format!("{init}\n{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}}\n")
-                .as_bytes(),
-        )
-        .await
-        .unwrap();
-    let answer = lines.next_line().await.unwrap().unwrap();
-    if !answer.contains("\"protocolVersion\"") {
-        println!("(this server has no MCP face: the MCP row is left out)");
-        return;
+    stdin.write_all(opening.as_bytes()).await.unwrap();
+    let answer = lines.next_line().await.unwrap().unwrap_or_default();
+    if !answer.contains("\"result\"") {
+        return None;
     }
+    Some((child, std::sync::Arc::new(tokio::sync::Mutex::new((stdin, lines)))))
+}
+
+type McpPipes = std::sync::Arc<
+    tokio::sync::Mutex<(
+        tokio::process::ChildStdin,
+        tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    )>,
+>;
+
+/// The median time of `MCP_CALLS` calls of `exec_command` of `true`, one
+/// after another; `meta` is the request envelope (empty for the handshake era).
+async fn mcp_calls(pipes: &McpPipes, meta: &str) -> Duration {
     let mut next = 1u64;
-    let pipes = std::sync::Arc::new(tokio::sync::Mutex::new((stdin, lines)));
-    let over_mcp = median_of(|| {
+    median_of(|| {
         let pipes = pipes.clone();
         let first = next;
         next += u64::from(MCP_CALLS);
+        let meta = meta.to_owned();
         async move {
             let mut pipes = pipes.lock().await;
             let (stdin, lines) = &mut *pipes;
             let start = Instant::now();
             for id in first..first + u64::from(MCP_CALLS) {
                 let call = format!(
-                    r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"exec_command","arguments":{{"cmd":"true","shell":"/bin/sh","login":false}}}}}}"#
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{{meta}"name":"exec_command","arguments":{{"cmd":"true","shell":"/bin/sh","login":false}}}}}}"#
                 );
                 stdin.write_all(format!("{call}\n").as_bytes()).await.unwrap();
                 let answer = lines.next_line().await.unwrap().unwrap();
@@ -783,7 +790,21 @@ async fn mcp_rows(client: &Client, rows: &mut Vec<Row>) {
             start.elapsed()
         }
     })
-    .await;
+    .await
+}
+
+async fn mcp_rows(client: &Client, rows: &mut Vec<Row>) {
+    let scratch =
+        std::env::temp_dir().join(format!("exec-server-bench-mcp-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}"#;
+    let opening =
+        format!("{init}\n{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}}\n");
+    let Some((mut child, pipes)) = mcp_session(&scratch, &opening).await else {
+        println!("(this server has no MCP face: the MCP row is left out)");
+        return;
+    };
+    let over_mcp = mcp_calls(&pipes, "").await;
     let sandbox = Sandbox::restricted([scratch.clone()]);
     let mut n = 0;
     let ours = median_of(|| {
@@ -815,6 +836,28 @@ async fn mcp_rows(client: &Client, rows: &mut Vec<Row>) {
     });
     drop(pipes);
     let _ = child.wait().await;
+    // MCP 2026-07-28: every request carries its envelope; no handshake.
+    let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}},"#;
+    let discover = format!(
+        r#"{{"jsonrpc":"2.0","id":0,"method":"server/discover","params":{{{}}}}}"#,
+        meta.trim_end_matches(',')
+    );
+    match mcp_session(&scratch, &format!("{discover}\n")).await {
+        Some((mut child, pipes)) => {
+            let modern = mcp_calls(&pipes, meta).await;
+            rows.push(Row {
+                what: "MCP exec_command of true, MCP 2026-07-28 (us each)",
+                server: micros(modern, MCP_CALLS),
+                baseline: micros(over_mcp, MCP_CALLS),
+                baseline_what: "the same, MCP 2025-06-18",
+                unit: "us",
+                higher_is_better: false,
+            });
+            drop(pipes);
+            let _ = child.wait().await;
+        }
+        None => println!("(this server has no MCP 2026-07-28: its row is left out)"),
+    }
     let _ = std::fs::remove_dir_all(&scratch);
 }
 

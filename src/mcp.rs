@@ -1,6 +1,7 @@
 //! The MCP face: a stdio connection whose first message is MCP's (see
 //! [`sniff`]; `crate::stdio` chooses) is served as a Model Context Protocol server (versions
-//! 2025-06-18 and 2025-11-25) with Codex's exec and file tools. It is an edge
+//! 2025-06-18 and 2025-11-25 after `initialize`, and the stateless 2026-07-28,
+//! [`modern`], chosen by the first request that speaks it) with Codex's exec and file tools. It is an edge
 //! like the dialects: MCP calls become calls of our own [`crate::Client`]
 //! to the one engine, a server running in this process ([`exec`] for
 //! processes, with the sandbox and bounds; [`files`] for files, confined to
@@ -14,6 +15,7 @@
 mod calls;
 mod exec;
 mod files;
+mod modern;
 mod sniff;
 mod text;
 mod tools;
@@ -70,6 +72,41 @@ fn error(id: &Value, code: i64, message: &str) -> String {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
 }
 
+/// A JSON-RPC 2.0 error line with `data`.
+fn error_with_data(id: &Value, code: i64, message: &str, data: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message, "data": data}})
+        .to_string()
+}
+
+/// What the server tells a client of itself.
+const INSTRUCTIONS: &str = "Runs shell commands and works on files, sandboxed: commands may write only beneath the roots. Long-running commands answer with a session ID; continue them with write_stdin.";
+
+/// Which revision a connection speaks, decided by its first request that
+/// settles it: `initialize` (the handshake era) or one of 2026-07-28.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Era {
+    Undecided,
+    Handshake,
+    Modern,
+}
+
+/// The roots a `roots/list` result names: `file:` URIs of directories here.
+fn roots_from(listed: &[Value]) -> Vec<PathBuf> {
+    let mut roots = Vec::new();
+    for uri in listed.iter().filter_map(|root| root.get("uri").and_then(Value::as_str)) {
+        match crate::dialect::uri::to_path(uri) {
+            Ok(path) if path.is_dir() => roots.push(path),
+            Ok(path) => {
+                tracing::warn!(path = %path.display(), "a root that is not a directory here; left out")
+            }
+            Err(problem) => {
+                tracing::warn!(uri, problem, "a root that is not a file: URI; left out")
+            }
+        }
+    }
+    roots
+}
+
 /// Serves one MCP connection until its input ends or `shutdown`.
 pub(crate) async fn serve<R, W, S>(
     reader: R,
@@ -122,6 +159,8 @@ where
         running: HashMap::new(),
         client_roots: false,
         initialized: false,
+        era: Era::Undecided,
+        cwd: std::env::current_dir().unwrap_or_default(),
         asked: 0,
         limit,
     };
@@ -174,6 +213,10 @@ struct Session {
     client_roots: bool,
     /// `initialize` was answered.
     initialized: bool,
+    /// The revision this connection speaks.
+    era: Era,
+    /// The root of a modern call whose client declares none.
+    cwd: PathBuf,
     /// `roots/list` requests sent (their ids are `roots-N`).
     asked: u64,
     limit: usize,
@@ -225,6 +268,15 @@ impl Session {
     }
 
     async fn on_request(&mut self, method: &str, id: Value, params: Value) {
+        if self.era == Era::Modern && method == "initialize" {
+            let asked = params.get("protocolVersion").and_then(Value::as_str).unwrap_or("");
+            return self.send(modern::handshake_refused(&id, asked)).await;
+        }
+        if self.era == Era::Modern
+            || (self.era == Era::Undecided && modern::speaks(method, &params))
+        {
+            return self.on_modern_request(method, id, params).await;
+        }
         let line = match method {
             "initialize" if self.initialized => {
                 error(&id, -32600, "initialize may only be sent once per connection")
@@ -236,6 +288,7 @@ impl Session {
             ),
             "initialize" => {
                 self.initialized = true;
+                self.era = Era::Handshake;
                 let asked = params.get("protocolVersion").and_then(Value::as_str).unwrap_or("");
                 let version = VERSIONS.iter().find(|v| **v == asked).unwrap_or(&VERSIONS[1]);
                 self.client_roots =
@@ -250,17 +303,52 @@ impl Session {
                     "protocolVersion": version,
                     "capabilities": {"tools": {"listChanged": false}},
                     "serverInfo": {"name": env!("CARGO_PKG_NAME"), "version": env!("CARGO_PKG_VERSION")},
-                    "instructions": "Runs shell commands and works on files, sandboxed: commands may write only beneath the roots. Long-running commands answer with a session ID; continue them with write_stdin."
+                    "instructions": INSTRUCTIONS
                 }))
             }
             "ping" => result(&id, json!({})),
             "tools/list" => result(&id, tools::list()),
-            "tools/call" => return self.start_call(id, params),
+            "tools/call" => return self.start_call(id, params, None),
             "server/discover" => error(
                 &id,
                 -32601,
-                "method not found: server/discover (this server speaks MCP 2025-06-18 and 2025-11-25: send initialize)",
+                "method not found: server/discover (this connection speaks MCP 2025-06-18 and 2025-11-25 since its initialize)",
             ),
+            other => error(&id, -32601, &format!("method not found: {other}")),
+        };
+        self.send(line).await;
+    }
+
+    /// A request of MCP 2026-07-28: its envelope checked, then answered
+    /// from it alone (the era is settled by the first good one).
+    async fn on_modern_request(&mut self, method: &str, id: Value, params: Value) {
+        let envelope = match modern::envelope(&id, &params) {
+            Ok(envelope) => envelope,
+            Err(line) => return self.send(line).await,
+        };
+        if self.era == Era::Undecided {
+            tracing::info!(version = modern::MODERN, "MCP era");
+            self.era = Era::Modern;
+        }
+        let line = match method {
+            "server/discover" => result(&id, modern::discover(INSTRUCTIONS)),
+            "tools/list" => result(&id, modern::tools(tools::list())),
+            "ping" => result(&id, modern::complete(json!({}))),
+            "tools/call" => {
+                let needs_roots = matches!(
+                    params.get("name").and_then(Value::as_str),
+                    Some("exec_command" | "read_file" | "write_file" | "list_dir")
+                );
+                let roots = match modern::answered_roots(&params) {
+                    Err(problem) => error(&id, -32602, &format!("invalid params: {problem}")),
+                    Ok(Some(roots)) => return self.start_call(id, params, Some(roots)),
+                    Ok(None) if envelope.roots && needs_roots => {
+                        result(&id, modern::ask_for_roots())
+                    }
+                    Ok(None) => return self.start_call(id, params, Some(vec![self.cwd.clone()])),
+                };
+                roots
+            }
             other => error(&id, -32601, &format!("method not found: {other}")),
         };
         self.send(line).await;
@@ -304,23 +392,14 @@ impl Session {
             self.engine.roots.send_replace(Some(Vec::new()));
             return;
         };
-        let mut roots = Vec::new();
-        for uri in listed.iter().filter_map(|root| root.get("uri").and_then(Value::as_str)) {
-            match crate::dialect::uri::to_path(uri) {
-                Ok(path) if path.is_dir() => roots.push(path),
-                Ok(path) => {
-                    tracing::warn!(path = %path.display(), "a root that is not a directory here; left out")
-                }
-                Err(problem) => {
-                    tracing::warn!(uri, problem, "a root that is not a file: URI; left out")
-                }
-            }
-        }
+        let roots = roots_from(listed);
         tracing::info!(?roots, "MCP roots");
         self.engine.roots.send_replace(Some(roots));
     }
 
-    fn start_call(&mut self, id: Value, params: Value) {
+    /// Runs a tool call as a task; `roots` are the call's own (a modern
+    /// call), else those the client named for the connection.
+    fn start_call(&mut self, id: Value, params: Value, roots: Option<Vec<PathBuf>>) {
         let key = id.to_string();
         if self.running.contains_key(&key) {
             let line = error(
@@ -343,12 +422,14 @@ impl Session {
         let task_key = key.clone();
         let task = self.calls.spawn(async move {
             let token = params.pointer("/_meta/progressToken").cloned();
-            let call = calls::call(&engine, &params, &slot, limit);
+            let modern = roots.is_some();
+            let call = calls::call(&engine, &params, &slot, limit, roots);
             let line = match token {
                 Some(token) => with_progress(call, &out, token).await,
                 None => call.await,
             };
             let line = match line {
+                Ok(answer) if modern => result(&id, modern::complete(answer)),
                 Ok(answer) => result(&id, answer),
                 Err((code, message)) => error(&id, code, &message),
             };

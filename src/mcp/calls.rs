@@ -76,14 +76,16 @@ pub(super) async fn call(
     params: &Value,
     started: &Mutex<Option<u32>>,
     limit: usize,
+    roots: Option<Vec<PathBuf>>,
 ) -> Result<Value, (i64, String)> {
     let Some(name) = params.get("name").and_then(Value::as_str) else {
         return Err((-32602, "tools/call needs a tool name".to_owned()));
     };
     let empty = serde_json::Map::new();
+    let call = Call { engine, started, limit, roots };
     let outcome = match params.get("arguments") {
-        None | Some(Value::Null) => run(engine, name, &Args(&empty), started, limit).await,
-        Some(Value::Object(arguments)) => run(engine, name, &Args(arguments), started, limit).await,
+        None | Some(Value::Null) => run(&call, name, &Args(&empty)).await,
+        Some(Value::Object(arguments)) => run(&call, name, &Args(arguments)).await,
         Some(_) => Some(Err("arguments must be an object".to_owned())),
     };
     match outcome {
@@ -92,22 +94,40 @@ pub(super) async fn call(
     }
 }
 
+/// One call: the engine, where it records the session it starts, the
+/// message limit, and its own roots (a modern call's) if it has them.
+struct Call<'a> {
+    engine: &'a Engine,
+    started: &'a Mutex<Option<u32>>,
+    limit: usize,
+    roots: Option<Vec<PathBuf>>,
+}
+
+impl Call<'_> {
+    /// The call's roots, or those the client named for the connection.
+    async fn roots(&self) -> Result<Vec<PathBuf>, String> {
+        match &self.roots {
+            Some(roots) => Ok(roots.clone()),
+            None => roots(self.engine).await,
+        }
+    }
+}
+
 /// The tool `name`'s outcome; `None` for a tool that does not exist.
 async fn run(
-    engine: &Engine,
+    call: &Call<'_>,
     name: &str,
     args: &Args<'_>,
-    started: &Mutex<Option<u32>>,
-    limit: usize,
 ) -> Option<Result<(String, Value), String>> {
+    let engine = call.engine;
     let outcome = match name {
-        "exec_command" => exec_command(engine, args, started).await,
+        "exec_command" => exec_command(call, args).await,
         "write_stdin" => write_stdin(engine, args).await,
         "kill_session" => match args.session() {
             Ok(id) => engine.exec.kill(id).await,
             Err(problem) => Err(problem),
         },
-        "read_file" | "write_file" | "list_dir" => file_tool(engine, name, args, limit).await,
+        "read_file" | "write_file" | "list_dir" => file_tool(call, name, args).await,
         _ => return None,
     };
     Some(outcome)
@@ -125,11 +145,7 @@ fn result(outcome: Result<(String, Value), String>) -> Value {
     }
 }
 
-async fn exec_command(
-    engine: &Engine,
-    args: &Args<'_>,
-    started: &Mutex<Option<u32>>,
-) -> Result<(String, Value), String> {
+async fn exec_command(call: &Call<'_>, args: &Args<'_>) -> Result<(String, Value), String> {
     let cmd = Args::required(args.string("cmd"), "cmd", "the shell command to run")?;
     let command = Command {
         cmd: cmd.to_owned(),
@@ -140,8 +156,8 @@ async fn exec_command(
         shell: args.string("shell")?.map(str::to_owned),
         login: args.boolean("login")?.unwrap_or(true),
     };
-    let roots = roots(engine).await?;
-    engine.exec.exec_command(command, &roots, started).await
+    let roots = call.roots().await?;
+    call.engine.exec.exec_command(command, &roots, call.started).await
 }
 
 async fn write_stdin(engine: &Engine, args: &Args<'_>) -> Result<(String, Value), String> {
@@ -151,17 +167,17 @@ async fn write_stdin(engine: &Engine, args: &Args<'_>) -> Result<(String, Value)
 }
 
 async fn file_tool(
-    engine: &Engine,
+    call: &Call<'_>,
     name: &str,
     args: &Args<'_>,
-    limit: usize,
 ) -> Result<(String, Value), String> {
+    let limit = call.limit;
     let path = PathBuf::from(Args::required(
         args.string("path"),
         "path",
         "an absolute path beneath the roots",
     )?);
-    let files = current_files(engine).await?;
+    let files = current_files(call.engine, call.roots().await?).await?;
     match name {
         "read_file" => {
             let offset = args.integer("offset", 1, u64::from(u32::MAX))?.unwrap_or(1);
@@ -198,9 +214,8 @@ async fn roots(engine: &Engine) -> Result<Vec<PathBuf>, String> {
     }
 }
 
-/// The file tools for the roots of the moment (made again when they changed).
-async fn current_files(engine: &Engine) -> Result<Arc<Files>, String> {
-    let roots = roots(engine).await?;
+/// The file tools for `roots` (made again when they changed).
+async fn current_files(engine: &Engine, roots: Vec<PathBuf>) -> Result<Arc<Files>, String> {
     if roots.is_empty() {
         return Err(
             "no roots: the client named none that exists here, so the file tools have nowhere to work"

@@ -33,20 +33,22 @@ async fn the_python_sdk_runs_sandboxed_commands_and_files_within_its_roots() {
     let Some(python) = component(target().join("mcp-venv/bin/python"), "the Python MCP SDK") else {
         return;
     };
-    let dir = scratch("mcp-sdk");
-    let (root, outside) = (dir.join("root"), dir.join("outside"));
-    std::fs::create_dir_all(&root).unwrap();
-    std::fs::create_dir_all(&outside).unwrap();
-    let run = tokio::process::Command::new(python)
-        .args([CLIENT, BIN, root.to_str().unwrap(), outside.to_str().unwrap()])
-        .kill_on_drop(true)
-        .output();
-    let output = within("the SDK's session", run).await.unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let expected = format!(
-        "version: 2025-11-25
+    // `auto` probes server/discover and speaks 2026-07-28; `legacy` shakes hands.
+    for (mode, version) in [("auto", "2026-07-28"), ("legacy", "2025-11-25")] {
+        let dir = scratch(&format!("mcp-sdk-{mode}"));
+        let (root, outside) = (dir.join("root"), dir.join("outside"));
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        let run = tokio::process::Command::new(&python)
+            .args([CLIENT, BIN, root.to_str().unwrap(), outside.to_str().unwrap(), mode])
+            .kill_on_drop(true)
+            .output();
+        let output = within("the SDK's session", run).await.unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{stderr}");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let expected = format!(
+            "version: {version}
 tools: exec_command,kill_session,list_dir,read_file,write_file,write_stdin
 exited: 3 'hi\\n' False
 text: Process exited with code 3
@@ -61,18 +63,20 @@ read_file: L2: two
 list_dir: ['made', 'notes.txt']
 write outside: True exec-server error -32600: path {}/evil.txt is outside the allowed roots
 bad args: True cmd is required: the shell command to run
+progress: 'slept\\n' True ['running for 0 s']
 had started: True
 cancelled: True
 closed: True
 ",
-        outside.display()
-    );
-    assert_eq!(stdout, expected, "{stderr}");
-    assert_eq!(
-        std::fs::read_dir(&outside).unwrap().count(),
-        0,
-        "something was written outside the root"
-    );
+            outside.display()
+        );
+        assert_eq!(stdout, expected, "{mode}: {stderr}");
+        assert_eq!(
+            std::fs::read_dir(&outside).unwrap().count(),
+            0,
+            "something was written outside the root"
+        );
+    }
 }
 
 #[tokio::test]
@@ -118,12 +122,18 @@ async fn the_inspector_cli_lists_the_tools_and_runs_a_command() {
 
 /// The face follows the first message; exec-server.v0 is untouched.
 #[tokio::test]
-async fn a_discover_probe_gets_an_mcp_error_and_a_handshake_follows() {
+async fn a_failed_discover_probe_leaves_the_handshake_open() {
     let mut server = Binary::spawn(&[]);
     server.send_line(r#"{"jsonrpc":"2.0","id":0,"method":"server/discover","params":{}}"#).await;
     assert_eq!(
         server.next().await.unwrap(),
-        json!({"jsonrpc": "2.0", "id": 0, "error": {"code": -32601, "message": "method not found: server/discover (this server speaks MCP 2025-06-18 and 2025-11-25: send initialize)"}})
+        json!({"jsonrpc": "2.0", "id": 0, "error": {"code": -32602, "message": "invalid params: _meta must carry io.modelcontextprotocol/protocolVersion and io.modelcontextprotocol/clientCapabilities (MCP 2026-07-28)"}})
+    );
+    let probe = json!({"jsonrpc": "2.0", "id": "p", "method": "server/discover", "params": {"_meta": meta("2027-01-01", json!({}))}});
+    server.send_line(&probe.to_string()).await;
+    assert_eq!(
+        server.next().await.unwrap(),
+        json!({"jsonrpc": "2.0", "id": "p", "error": {"code": -32022, "message": "unsupported protocol version \"2027-01-01\": this server speaks 2025-06-18, 2025-11-25, 2026-07-28", "data": {"supported": ["2025-06-18", "2025-11-25", "2026-07-28"], "requested": "2027-01-01"}}})
     );
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
     server.send_line(&init.to_string()).await;
@@ -137,6 +147,13 @@ async fn a_discover_probe_gets_an_mcp_error_and_a_handshake_follows() {
         server.next().await.unwrap(),
         json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32602, "message": "unknown tool: nope"}})
     );
+    // After the handshake the connection keeps its era.
+    let probe = json!({"jsonrpc": "2.0", "id": 4, "method": "server/discover", "params": {"_meta": meta("2026-07-28", json!({}))}});
+    server.send_line(&probe.to_string()).await;
+    assert_eq!(
+        server.next().await.unwrap(),
+        json!({"jsonrpc": "2.0", "id": 4, "error": {"code": -32601, "message": "method not found: server/discover (this connection speaks MCP 2025-06-18 and 2025-11-25 since its initialize)"}})
+    );
     // Our own initialize with "jsonrpc" stays exec-server.v0.
     let mut ours = Binary::spawn(&[]);
     ours.send_line(
@@ -144,6 +161,106 @@ async fn a_discover_probe_gets_an_mcp_error_and_a_handshake_follows() {
     )
     .await;
     assert_eq!(ours.next().await.unwrap()["result"]["protocolVersion"], "exec-server.v0");
+}
+
+/// The `_meta` envelope of an MCP 2026-07-28 request.
+fn meta(version: &str, capabilities: Value) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": version,
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+        "io.modelcontextprotocol/clientInfo": {"name": "hand", "version": "1"},
+    })
+}
+
+#[tokio::test]
+async fn mcp_2026_07_28_is_served_from_each_request_alone() {
+    let dir = scratch("mcp-modern");
+    let (cwd, root) = (dir.join("cwd"), dir.join("root"));
+    std::fs::create_dir_all(&cwd).unwrap();
+    std::fs::create_dir_all(&root).unwrap();
+    let mut command = tokio::process::Command::new(BIN);
+    command.current_dir(&cwd).stderr(std::process::Stdio::null());
+    let mut server = Binary::from_command(command);
+    let ask = |id: i64, method: &str, params: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+    };
+    let plain = meta("2026-07-28", json!({}));
+    server.send_line(&ask(1, "server/discover", json!({"_meta": plain}))).await;
+    assert_eq!(
+        server.next().await.unwrap(),
+        json!({"jsonrpc": "2.0", "id": 1, "result": {
+            "resultType": "complete",
+            "supportedVersions": ["2025-06-18", "2025-11-25", "2026-07-28"],
+            "capabilities": {"tools": {"listChanged": false}},
+            "instructions": "Runs shell commands and works on files, sandboxed: commands may write only beneath the roots. Long-running commands answer with a session ID; continue them with write_stdin.",
+            "ttlMs": 3_600_000,
+            "cacheScope": "public",
+            "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "exec-server", "version": env!("CARGO_PKG_VERSION")}},
+        }})
+    );
+    server.send_line(&ask(2, "tools/list", json!({"_meta": plain}))).await;
+    let listed = server.next().await.unwrap()["result"].clone();
+    assert_eq!(
+        (&listed["resultType"], &listed["ttlMs"], &listed["cacheScope"]),
+        (&json!("complete"), &json!(3_600_000), &json!("public"))
+    );
+    let names: Vec<&str> =
+        listed["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["exec_command", "write_stdin", "kill_session", "read_file", "write_file", "list_dir"]
+    );
+    server.send_line(&ask(3, "ping", json!({"_meta": plain}))).await;
+    assert_eq!(
+        server.next().await.unwrap(),
+        json!({"jsonrpc": "2.0", "id": 3, "result": {"resultType": "complete"}})
+    );
+    // Without roots declared, a command's root is the server's directory.
+    let call =
+        |cmd: &str| json!({"name": "exec_command", "arguments": {"cmd": cmd, "login": false}});
+    let mut params = call("pwd");
+    params["_meta"] = plain.clone();
+    server.send_line(&ask(4, "tools/call", params)).await;
+    let answer = server.next().await.unwrap();
+    assert_eq!(answer["result"]["resultType"], "complete");
+    assert_eq!(answer["result"]["structuredContent"]["output"], format!("{}\n", cwd.display()));
+    // With roots declared, the call asks for them, and runs only when retried with them.
+    let script = format!(
+        "touch {}/x 2>/dev/null || echo cwd-held; touch {}/y && echo root-written",
+        cwd.display(),
+        root.display()
+    );
+    let mut params = call(&script);
+    params["_meta"] = meta("2026-07-28", json!({"roots": {}}));
+    server.send_line(&ask(5, "tools/call", params.clone())).await;
+    assert_eq!(
+        server.next().await.unwrap(),
+        json!({"jsonrpc": "2.0", "id": 5, "result": {"resultType": "input_required", "inputRequests": {"roots": {"method": "roots/list", "params": {}}}}})
+    );
+    assert!(!root.join("y").exists(), "the command ran before the roots were given");
+    params["inputResponses"] =
+        json!({"roots": {"roots": [{"uri": format!("file://{}", root.display())}]}});
+    server.send_line(&ask(6, "tools/call", params)).await;
+    let answer = server.next().await.unwrap();
+    assert_eq!(answer["result"]["structuredContent"]["output"], "cwd-held\nroot-written\n");
+    assert!(!cwd.join("x").exists() && root.join("y").exists());
+    // A request without the envelope, or of another version; no initialize in this era.
+    server.send_line(&ask(7, "tools/list", json!({}))).await;
+    assert_eq!(
+        server.next().await.unwrap()["error"],
+        json!({"code": -32602, "message": "invalid params: _meta must carry io.modelcontextprotocol/protocolVersion and io.modelcontextprotocol/clientCapabilities (MCP 2026-07-28)"})
+    );
+    server.send_line(&ask(8, "tools/list", json!({"_meta": meta("2025-11-25", json!({}))}))).await;
+    assert_eq!(
+        server.next().await.unwrap()["error"]["data"],
+        json!({"supported": ["2025-06-18", "2025-11-25", "2026-07-28"], "requested": "2025-11-25"})
+    );
+    let init = json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}});
+    server.send_line(&ask(9, "initialize", init)).await;
+    assert_eq!(
+        server.next().await.unwrap()["error"],
+        json!({"code": -32022, "message": "this connection speaks MCP 2026-07-28 since its first request, which has no initialize", "data": {"supported": ["2026-07-28"], "requested": "2025-11-25"}})
+    );
 }
 
 /// An MCP session by hand: lines in, the answers by id (notifications skipped).
