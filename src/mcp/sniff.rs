@@ -1,7 +1,9 @@
 //! Which face a stdio connection gets, from its first line: MCP when it is
 //! JSON-RPC 2.0 (`"jsonrpc": "2.0"`) and either an `initialize` whose params
 //! carry MCP's `protocolVersion` and `clientInfo`, or a `server/discover`
-//! probe (MCP 2026-07-28 clients send it first). Everything else, including
+//! probe (MCP 2026-07-28 clients send it first), or any request whose
+//! `_meta` names an MCP protocol version (a 2026-07-28 client that skips the
+//! probe). Everything else, including
 //! our own `initialize {"clientName"}` with or without `"jsonrpc"`, is the
 //! exec-server protocol.
 
@@ -18,7 +20,10 @@ pub(crate) fn opens_mcp(line: &[u8]) -> bool {
             let has = |name: &str| params.and_then(|p| p.get(name)).is_some();
             has("protocolVersion") && has("clientInfo")
         }
-        _ => false,
+        _ => message
+            .pointer("/params/_meta")
+            .and_then(|meta| meta.get("io.modelcontextprotocol/protocolVersion"))
+            .is_some(),
     }
 }
 
@@ -37,5 +42,9 @@ mod tests {
         ));
         assert!(!opens_mcp(br#"{"id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","clientInfo":{}}}"#));
         assert!(!opens_mcp(b"not json"));
+        assert!(opens_mcp(
+            br#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#
+        ));
+        assert!(!opens_mcp(br#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}"#));
     }
 }
