@@ -95,8 +95,10 @@ impl Drop for Held {
 
 /// The server-wide room (`--max-retained-bytes`) as one producer of lines
 /// sees it: a line is charged here from before its bytes are read until it
-/// has been written. A line larger than the whole room waits for all of it,
-/// so at most one such line is held at a time.
+/// has been written. A line larger than three quarters of the room (an
+/// `fs/readFile` of a large file: v0 reads up to 512 MiB) waits for that
+/// much, so at most one such line is held at a time, and a quarter of the
+/// room stays for everyone else meanwhile.
 #[derive(Clone)]
 pub(crate) struct ServerRoom {
     room: Arc<Semaphore>,
@@ -115,7 +117,7 @@ impl ServerRoom {
     /// Waits, on a blocking thread, for `bytes` (at most the whole room);
     /// `None` once `gate` is closed (the connection went).
     pub(crate) fn wait_blocking(&self, bytes: usize, gate: &Semaphore) -> Option<Held> {
-        let bytes = bytes.clamp(1, self.size);
+        let bytes = bytes.clamp(1, (self.size - self.size / 4).max(1));
         let handle = tokio::runtime::Handle::try_current().ok()?;
         let budgets = [&self.room];
         handle.block_on(async {

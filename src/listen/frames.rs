@@ -39,6 +39,8 @@ pub(super) enum Event {
     Starved,
     /// A ping, to be answered with this payload.
     Ping(Vec<u8>),
+    /// A pong: the peer answered a ping (it is alive).
+    Pong,
     /// The peer's close frame, with its code if any.
     Close(Option<u16>),
     /// A frame that breaks the protocol; the connection closes with `code`.
@@ -139,7 +141,7 @@ impl<R: AsyncRead + Unpin> Reader<R> {
                     match header.opcode {
                         OP_CLOSE => return Ok(Some(close_event(&payload))),
                         OP_PING => return Ok(Some(Event::Ping(payload))),
-                        _ => continue,
+                        _ => return Ok(Some(Event::Pong)),
                     }
                 }
                 OP_TEXT | OP_BINARY if self.message.is_none() && !skipping => {
@@ -441,6 +443,7 @@ mod tests {
                 Event::TooLong => "too long".to_owned(),
                 Event::Starved => "starved".to_owned(),
                 Event::Ping(payload) => format!("ping:{}", String::from_utf8_lossy(&payload)),
+                Event::Pong => "pong".to_owned(),
                 Event::Close(code) => format!("close:{code:?}"),
                 Event::Broken { code, .. } => format!("broken:{code}"),
             });

@@ -102,6 +102,8 @@ pub(super) fn bridge(
                     let _ = control_tx.send(Control::Pong(payload)).await;
                     continue;
                 }
+                // Heard (above): that is all a pong says.
+                Event::Pong => continue,
                 Event::Close(code) => {
                     tracing::debug!(?code, "the peer closed the WebSocket");
                     let _ = control_tx.send(Control::Close(frames::CLOSE_NORMAL, "")).await;
@@ -121,6 +123,9 @@ pub(super) fn bridge(
     let writer = tokio::spawn(async move {
         let mut sink = BufWriter::with_capacity(64 * 1024, write_half);
         let mut ping = tokio::time::interval(ping_interval);
+        // A write that took longer than an interval is no reason to tick
+        // twice at once (the second tick would find nothing heard yet).
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ping.tick().await;
         // A peer that takes our frames is alive even if its pong waits behind them.
         let mut delivered = false;

@@ -306,7 +306,15 @@ fn run(roots: &Roots, handles: &Handles, room: (&ServerRoom, &Semaphore), call: 
         }
         return Line::charged(line, held);
     }
-    Line::from(match method.as_str() {
+    // A call whose answer can be large (a walk holds up to 32 MiB of paths,
+    // a listing is as long as its directory) is charged before it runs, so
+    // the room bounds how many are built at once; then it keeps what its
+    // line takes.
+    let before = match method.as_str() {
+        Walk::NAME | ReadDirectory::NAME => room.0.wait_blocking(BUILD_CHARGE, room.1),
+        _ => None,
+    };
+    let line = match method.as_str() {
         WriteFile::NAME => answer(ok::<WriteFile>(&id, params, |p| {
             strict(&p.path, p.follow_symlinks, fs::Strict::Write)?;
             fs::write_file(roots, p, &choices)
@@ -356,8 +364,26 @@ fn run(roots: &Roots, handles: &Handles, room: (&ServerRoom, &Semaphore), call: 
                 format!("method {other} is not an fs method"),
             )),
         ),
-    })
+    };
+    let held = match before {
+        Some(mut held) => {
+            held.shrink_to(line.len());
+            Some(held)
+        }
+        // Any other large answer (a block) is charged once made, until it
+        // is written: the room bounds what waits for the writer.
+        None if line.len() >= CHARGED_FROM => room.0.wait_blocking(line.len(), room.1),
+        None => None,
+    };
+    Line::charged(line, held)
 }
+
+/// What a walk or a listing is charged while it is built: a walk's most.
+const BUILD_CHARGE: usize = 33 * 1024 * 1024;
+
+/// Answers from this size on are charged to the room (smaller ones are
+/// bounded by the outbox, 256 KiB past the first line).
+const CHARGED_FROM: usize = 64 * 1024;
 
 /// Decodes, handles and encodes call `M`; the error is left for the dialect to word.
 fn ok<M: Method>(

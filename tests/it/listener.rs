@@ -641,3 +641,27 @@ async fn connection_token_child() {
         Err(error) => eprintln!("CHILD: {error}"),
     }
 }
+
+#[tokio::test]
+async fn two_authorization_headers_are_refused_whatever_their_order() {
+    let dir = scratch("listener-two-auth");
+    let token = token_file(&dir, "the-one-token");
+    let server = WsServer::start(&[
+        "--listen",
+        "ws://127.0.0.1:0",
+        "--ws-auth",
+        "capability-token",
+        "--ws-token-file",
+        token.to_str().unwrap(),
+    ])
+    .await;
+    for extra in [
+        "Authorization: Bearer the-one-token\r\nAuthorization: Bearer junk\r\n",
+        "Authorization: Bearer junk\r\nAuthorization: Bearer the-one-token\r\n",
+    ] {
+        let head = upgrade_head(&server.url, extra).await;
+        assert!(head.starts_with("HTTP/1.1 401 Unauthorized\r\n"), "{head}");
+    }
+    let head = upgrade_head(&server.url, "Authorization: Bearer the-one-token\r\n").await;
+    assert!(head.starts_with("HTTP/1.1 101 Switching Protocols\r\n"), "{head}");
+}

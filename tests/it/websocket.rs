@@ -273,6 +273,41 @@ async fn a_peer_that_goes_silent_is_dropped_and_its_session_ends_after_the_ttl()
     within("the listener to stop", listening).await.unwrap().unwrap();
 }
 
+#[tokio::test]
+async fn an_idle_peer_that_answers_pings_stays_connected() {
+    use exec_server::server::{self, Config, ListenOptions};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let options = ListenOptions {
+        config: Config::default(),
+        ping_interval: std::time::Duration::from_millis(200),
+        ..ListenOptions::default()
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let listening = tokio::spawn(server::listen(listener, options, async {
+        let _ = stopped.await;
+    }));
+    let mut peer = WsPeer::connect(&url).await;
+    peer.handshake().await;
+    // Idle for seven ping periods: the client reads (so it answers every
+    // ping, as browsers and Node's WebSocket do) and sends nothing.
+    let idle_until = tokio::time::Instant::now() + std::time::Duration::from_millis(1400);
+    let mut pings = 0;
+    loop {
+        match tokio::time::timeout_at(idle_until, peer.ws.next()).await {
+            Err(_) => break,
+            Ok(Some(Ok(Frame::Ping(_)))) => pings += 1,
+            Ok(other) => panic!("the server sent {other:?} to an idle peer"),
+        }
+    }
+    assert!(pings >= 5, "{pings} pings in seven periods");
+    peer.send_text(r#"{"id":2,"method":"process/list","params":{}}"#).await;
+    assert_eq!(peer.next().await.unwrap()["result"], json!({"processes": []}));
+    drop(peer);
+    let _ = stop.send(());
+    within("the listener to stop", listening).await.unwrap().unwrap();
+}
+
 /// Part A for exec-server.v0 clients: a start that asks for no sandbox answers
 /// exactly `{"processId"}`, and closing the WebSocket kills what it started
 /// unless the client said it resumes.
