@@ -71,6 +71,9 @@ struct Worker {
     next_watch: u64,
     pending: Pending,
     flush_at: Option<Instant>,
+    /// When changes were last sent: the first change after a quiet window
+    /// goes at once, later ones wait for the window to end.
+    last_flush: Option<Instant>,
 }
 
 /// The thread's body: runs until the connection lets go of it.
@@ -90,6 +93,7 @@ pub(crate) fn run(
         next_watch: 1,
         pending: Pending::default(),
         flush_at: None,
+        last_flush: None,
     };
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
@@ -286,7 +290,16 @@ impl Worker {
             self.rescan();
         }
         if !self.pending.is_empty() && self.flush_at.is_none() {
-            self.flush_at = Some(Instant::now() + COALESCE_WINDOW);
+            // After a quiet window the change goes at once (the events one
+            // read brought are merged already); within one, it waits for
+            // the window's end, so a burst is still one batch per window.
+            let now = Instant::now();
+            let quiet = self.last_flush.is_none_or(|at| now >= at + COALESCE_WINDOW);
+            self.flush_at = Some(if quiet {
+                now
+            } else {
+                self.last_flush.map_or(now, |at| at + COALESCE_WINDOW)
+            });
         }
     }
 
@@ -435,6 +448,7 @@ impl Worker {
     /// loop is gone.
     fn flush(&mut self) -> bool {
         self.flush_at = None;
+        self.last_flush = Some(Instant::now());
         let mut batches = self.pending.take().into_iter();
         while let Some((watch, changes)) = batches.next() {
             let Some(state) = self.watches.get(&watch) else { continue };
