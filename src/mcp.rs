@@ -231,7 +231,12 @@ impl Session {
     }
 
     async fn on_line(&mut self, line: &[u8]) {
-        let message: Value = match serde_json::from_slice(line) {
+        // Strictly: a member named twice is refused (a proxy that reads the
+        // first would disagree with us about what was asked).
+        let parsed = std::str::from_utf8(line)
+            .map_err(|e| e.to_string())
+            .and_then(|text| crate::protocol::strict_json(text).map_err(|e| e.to_string()));
+        let message: Value = match parsed {
             Ok(message) => message,
             Err(parse) => {
                 return self

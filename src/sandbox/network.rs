@@ -52,8 +52,8 @@ pub(crate) struct Egress {
     /// slirp4netns ends when this closes: the sandbox's init keeps it.
     exit: OwnedFd,
     helper: libc::pid_t,
-    /// This host's addresses, looked up before the namespace was made.
-    host: Vec<IpAddr>,
+    /// This host's addresses and local ranges, looked up before the namespace was made.
+    host: Vec<(IpAddr, u8)>,
 }
 
 /// In the host's namespaces: looks up this host's addresses and forks the
@@ -67,27 +67,44 @@ pub(crate) fn prepare(helper: &Path) -> Result<Egress, String> {
             "a sandbox with network needs /dev/net/tun for slirp4netns, and uid {uid} cannot open it"
         )));
     }
-    let host = crate::addresses::host_addresses()
-        .map_err(|e| format!("cannot list this host's addresses: {e}"))?;
-    // The namespace's loopback is its own.
-    let host: Vec<IpAddr> = host.into_iter().filter(|a| !a.is_loopback()).collect();
+    // Every address the host answers for: its interfaces' and its local
+    // routes' (ranges no interface lists). The namespace's loopback is its own.
+    let listed = |e: std::io::Error| format!("cannot list this host's addresses: {e}");
+    let mut host: Vec<(IpAddr, u8)> = crate::addresses::host_addresses()
+        .map_err(listed)?
+        .into_iter()
+        .map(|a| (a, if a.is_ipv4() { 32 } else { 128 }))
+        .collect();
+    host.extend(crate::addresses::local_routes().map_err(listed)?);
+    host.retain(|(a, _)| !a.is_loopback());
+    host.sort();
+    host.dedup();
     let program = sys::c_path(helper)?;
     let (go_read, go) = pipe()?;
     let (ready, ready_write) = pipe()?;
     let (exit_read, exit) = pipe()?;
     // SAFETY: getpid cannot fail.
     let trampoline = unsafe { libc::getpid() };
-    let args = [
+    // It parses every packet the sandbox sends: a seccomp filter, and as
+    // root its own mount namespace and no capability but binding low ports
+    // (as another user it has none to drop, and that option would fail).
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut args = vec![
         "slirp4netns".to_owned(),
         "--configure".to_owned(),
         "--mtu=65520".to_owned(),
         "--disable-host-loopback".to_owned(),
+        "--enable-seccomp".to_owned(),
         format!("--ready-fd={}", ready_write.as_raw_fd()),
         format!("--exit-fd={}", exit_read.as_raw_fd()),
         format!("--userns-path=/proc/{trampoline}/ns/user"),
         trampoline.to_string(),
         "tap0".to_owned(),
     ];
+    if root {
+        args.insert(1, "--enable-sandbox".to_owned());
+    }
     let args = args
         .into_iter()
         .map(|arg| CString::new(arg).map_err(|_| "a slirp4netns argument holds a NUL".to_owned()))
@@ -141,7 +158,7 @@ pub(crate) struct Attaching {
     ready: OwnedFd,
     exit: OwnedFd,
     helper: libc::pid_t,
-    host: Vec<IpAddr>,
+    host: Vec<(IpAddr, u8)>,
 }
 
 impl Egress {
@@ -165,8 +182,8 @@ impl Attaching {
             return Err(helper_failed(helper));
         }
         let routes = Routes::open()?;
-        for address in &host {
-            routes.prohibit(*address, if address.is_ipv4() { 32 } else { 128 })?;
+        for (address, prefix) in &host {
+            routes.prohibit(*address, *prefix)?;
         }
         routes.prohibit(IpAddr::V4(Ipv4Addr::new(169, 254, 0, 0)), 16)?;
         routes.prohibit(IpAddr::V4(GATEWAY), 32)?;

@@ -1,7 +1,9 @@
 //! The seccomp filter of a sandboxed program, about what Landlock and the
 //! mount view leave open:
-//! - with network, no `NETLINK_SOCK_DIAG` socket (it would list the host's
-//!   sockets and their owners; `NETLINK_ROUTE`, which `getifaddrs` uses, stays);
+//! - with network, sockets of IPv4, IPv6 and netlink only, and no
+//!   `NETLINK_SOCK_DIAG` socket (it would list the host's sockets and their
+//!   owners; `NETLINK_ROUTE`, which `getifaddrs` uses, stays): no vsock, which
+//!   the sandbox's network namespace would not confine;
 //! - no Unix-domain socket of its own (`socket(AF_UNIX, ...)`), so no
 //!   connection to a socket outside the writable roots (an ssh agent, Docker,
 //!   D-Bus); stream and seqpacket `socketpair`s still work, datagram ones do
@@ -179,14 +181,18 @@ fn filter(rules: Rules) -> Vec<libc::sock_filter> {
         statement(LD_W_ABS, OFFSET_NR),
     ]);
     if rules.network {
-        // socket: AF_UNIX refused, and a NETLINK_SOCK_DIAG socket (which lists
-        // every socket of the host and its owner); the rest allowed.
+        // socket: only IPv4, IPv6 (both in the sandbox's own network
+        // namespace) and netlink other than NETLINK_SOCK_DIAG (which lists
+        // every socket of the host and its owner). AF_UNIX, and families a
+        // network namespace does not confine (AF_VSOCK reaches the host's
+        // vsock listeners), are refused.
         program.extend([
-            jump(JEQ_K, arch::NR_SOCKET, 0, 7),
+            jump(JEQ_K, arch::NR_SOCKET, 0, 8),
             statement(LD_W_ABS, OFFSET_ARG0),
-            jump(JEQ_K, libc::AF_UNIX as u32, 0, 1),
+            jump(JEQ_K, libc::AF_INET as u32, 6, 0),
+            jump(JEQ_K, libc::AF_INET6 as u32, 5, 0),
+            jump(JEQ_K, libc::AF_NETLINK as u32, 1, 0),
             refuse,
-            jump(JEQ_K, libc::AF_NETLINK as u32, 0, 3),
             statement(LD_W_ABS, OFFSET_ARG2),
             jump(JEQ_K, libc::NETLINK_SOCK_DIAG as u32, 0, 1),
             refuse,

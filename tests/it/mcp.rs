@@ -142,6 +142,12 @@ async fn a_failed_discover_probe_leaves_the_handshake_open() {
     assert_eq!(reply["result"]["capabilities"], json!({"tools": {"listChanged": false}}));
     server.send_line(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).await;
     assert_eq!(server.next().await.unwrap(), json!({"jsonrpc": "2.0", "id": 2, "result": {}}));
+    // A member named twice is refused, not read as its last value.
+    server.send_line(r#"{"jsonrpc":"2.0","id":2,"method":"ping","params":{},"params":{}}"#).await;
+    assert_eq!(
+        server.next().await.unwrap(),
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "parse error: duplicate key `params` in an object at line 1 column 60"}})
+    );
     server.send_line(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"nope","arguments":{}}}"#).await;
     assert_eq!(
         server.next().await.unwrap(),

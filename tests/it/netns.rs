@@ -118,6 +118,26 @@ impl Drop for OutsideHost {
     }
 }
 
+/// A `local` route of this host (`ip route add local R dev lo`), removed on drop.
+struct LocalRange(String);
+
+impl LocalRange {
+    fn add(range: &str) -> LocalRange {
+        let _ = Command::new("ip")
+            .args(["route", "del", "local", range, "dev", "lo"])
+            .stderr(Stdio::null())
+            .status();
+        ip(&["route", "add", "local", range, "dev", "lo"]);
+        LocalRange(range.to_owned())
+    }
+}
+
+impl Drop for LocalRange {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["route", "del", "local", &self.0, "dev", "lo"]).status();
+    }
+}
+
 /// A plain HTTP/1.0 GET from this host; the whole answer.
 fn http_get(address: IpAddr, path: &str) -> std::io::Result<String> {
     let mut stream = TcpStream::connect_timeout(
@@ -189,10 +209,18 @@ async fn a_networked_sandbox_reaches_other_hosts_and_nothing_on_this_one() {
     // The metadata address answers the host itself, from the test's namespace.
     let metadata: IpAddr = "169.254.169.254".parse().unwrap();
     outside.serving(metadata).await;
-    // Listeners on every address of this host (the veth's side included).
+    // Listeners on every address of this host (the veth's side included),
+    // and on one of a local range no interface lists (AnyIP).
     let mut addresses = host_addresses();
     assert!(addresses.contains(&outside.near), "{addresses:?}");
     addresses.retain(|a| *a != metadata);
+    let _range = LocalRange::add(&format!(
+        "10.88.{}.0/24",
+        outside.near.to_string().split('.').nth(2).unwrap()
+    ));
+    let anyip: IpAddr =
+        format!("10.88.{}.7", outside.near.to_string().split('.').nth(2).unwrap()).parse().unwrap();
+    addresses.push(anyip);
     let tcp: Vec<TcpListener> =
         addresses.iter().map(|a| TcpListener::bind((*a, 0)).unwrap()).collect();
     let udp: Vec<UdpSocket> = addresses.iter().map(|a| UdpSocket::bind((*a, 0)).unwrap()).collect();
