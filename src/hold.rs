@@ -114,6 +114,21 @@ impl ServerRoom {
         ServerRoom { room, size, account }
     }
 
+    /// `held` made the size of a line of `bytes`: what it holds beyond is
+    /// given back, what it lacks is added when the room has it now (never
+    /// waited for while it holds the rest).
+    pub(crate) fn fit(&self, held: &mut Held, bytes: usize) {
+        match bytes.checked_sub(held.bytes()) {
+            Some(0) => {}
+            Some(more) => {
+                if let Some(more) = Held::try_take(&[&self.room], &self.account, more) {
+                    held.merge(more);
+                }
+            }
+            None => held.shrink_to(bytes),
+        }
+    }
+
     /// Waits, on a blocking thread, for `bytes` (at most the whole room);
     /// `None` once `gate` is closed (the connection went).
     pub(crate) fn wait_blocking(&self, bytes: usize, gate: &Semaphore) -> Option<Held> {

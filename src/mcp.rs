@@ -133,7 +133,7 @@ where
     })?;
     let engine = Arc::new(Engine {
         exec: Exec::new(client, confinement),
-        roots: tokio::sync::watch::Sender::new(Some(vec![cwd])),
+        roots: tokio::sync::watch::Sender::new(Some(vec![cwd.clone()])),
         files: tokio::sync::Mutex::new(None),
     });
     let (out, writer_task) = transport::spawn_writer(writer);
@@ -160,7 +160,7 @@ where
         client_roots: false,
         initialized: false,
         era: Era::Undecided,
-        cwd: std::env::current_dir().unwrap_or_default(),
+        cwd,
         asked: 0,
         limit,
     };
@@ -345,7 +345,9 @@ impl Session {
                     Some("exec_command" | "read_file" | "write_file" | "list_dir")
                 );
                 let roots = match modern::answered_roots(&params) {
-                    Err(problem) => error(&id, -32602, &format!("invalid params: {problem}")),
+                    Err(problem) => {
+                        error(&id, modern::INVALID_PARAMS, &format!("invalid params: {problem}"))
+                    }
                     Ok(Some(roots)) => return self.start_call(id, params, Some(roots)),
                     Ok(None) if envelope.roots && needs_roots => {
                         result(&id, modern::ask_for_roots())

@@ -218,10 +218,12 @@ impl Line {
         Line { text, _held: held }
     }
 
+    /// The encoded message, without its newline.
     pub(crate) fn text(&self) -> &str {
         &self.text
     }
 
+    /// Its length in bytes.
     pub(crate) fn len(&self) -> usize {
         self.text.len()
     }
@@ -278,6 +280,7 @@ impl std::fmt::Debug for Line {
 
 /// What the writer task takes: a line's text, to which it appends `\n`.
 pub(crate) trait WireLine: Send + 'static {
+    /// The text, to which the writer appends `\n` in place.
     fn text_mut(&mut self) -> &mut String;
 }
 

@@ -20,7 +20,7 @@ const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 /// The error code of an unsupported protocol version.
 pub(super) const UNSUPPORTED_VERSION: i64 = -32022;
 /// JSON-RPC's invalid params.
-const INVALID_PARAMS: i64 = -32602;
+pub(super) const INVALID_PARAMS: i64 = -32602;
 /// The key of the one input request this server makes.
 const ROOTS_REQUEST: &str = "roots";
 /// How long a client may cache `server/discover` and `tools/list` (they never change).

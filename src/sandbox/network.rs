@@ -109,12 +109,15 @@ pub(crate) fn prepare(helper: &Path) -> Result<Egress, String> {
         .into_iter()
         .map(|arg| CString::new(arg).map_err(|_| "a slirp4netns argument holds a NUL".to_owned()))
         .collect::<Result<Vec<_>, _>>()?;
+    // Made before the fork: the child allocates nothing.
+    let mut pointers: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    pointers.push(std::ptr::null());
     // SAFETY: the trampoline is single-threaded; the child runs only our code.
     match unsafe { libc::fork() } {
         -1 => Err(sys::failed("cannot start the sandbox's network helper")),
         0 => {
             drop((go, ready, exit));
-            become_helper(&program, &args, go_read, &[ready_write, exit_read])
+            become_helper(&program, &pointers, go_read, &[ready_write, exit_read])
         }
         pid => Ok(Egress { go, ready, exit, helper: pid, host }),
     }
@@ -122,7 +125,12 @@ pub(crate) fn prepare(helper: &Path) -> Result<Egress, String> {
 
 /// The helper's side: out of the program's process group and terminal,
 /// waits for the namespace, then becomes slirp4netns. Never returns.
-fn become_helper(program: &CString, args: &[CString], go: OwnedFd, keep: &[OwnedFd]) -> ! {
+fn become_helper(
+    program: &CString,
+    argv: &[*const libc::c_char],
+    go: OwnedFd,
+    keep: &[OwnedFd],
+) -> ! {
     // SAFETY: plain calls on this process; the descriptors are valid.
     unsafe {
         // Signals for the program's group (Ctrl-C at its terminal) are not for it.
@@ -135,9 +143,15 @@ fn become_helper(program: &CString, args: &[CString], go: OwnedFd, keep: &[Owned
         }
         // Nothing of the trampoline's goes with it (the report pipe above all).
         libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        if null < 0 {
+            libc::_exit(127);
+        }
         for fd in 0..3 {
             libc::dup2(null, fd);
+        }
+        if null > 2 {
+            libc::close(null);
         }
         let mut byte = 0u8;
         if libc::read(go.as_raw_fd(), (&raw mut byte).cast(), 1) != 1 {
@@ -146,9 +160,7 @@ fn become_helper(program: &CString, args: &[CString], go: OwnedFd, keep: &[Owned
         for fd in keep {
             libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, 0);
         }
-        let mut pointers: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
-        pointers.push(std::ptr::null());
-        libc::execv(program.as_ptr(), pointers.as_ptr());
+        libc::execv(program.as_ptr(), argv.as_ptr());
         libc::_exit(127)
     }
 }
@@ -219,8 +231,11 @@ fn helper_failed(helper: libc::pid_t) -> String {
     } else if reaped == helper && libc::WIFSIGNALED(status) {
         format!("it was killed by signal {}", libc::WTERMSIG(status))
     } else {
-        // SAFETY: ends our own child, which did not answer in time.
-        unsafe { libc::kill(helper, libc::SIGKILL) };
+        // SAFETY: ends and reaps our own child, which did not answer in time.
+        unsafe {
+            libc::kill(helper, libc::SIGKILL);
+            libc::waitpid(helper, &mut status, 0);
+        }
         format!("it was not ready within {READY_TIMEOUT_MS} ms")
     };
     format!("cannot connect the sandbox's network namespace through slirp4netns: {how} (it needs /dev/net/tun and user namespaces)")

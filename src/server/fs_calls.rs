@@ -367,7 +367,7 @@ fn run(roots: &Roots, handles: &Handles, room: (&ServerRoom, &Semaphore), call: 
     };
     let held = match before {
         Some(mut held) => {
-            held.shrink_to(line.len());
+            room.0.fit(&mut held, line.len());
             Some(held)
         }
         // Any other large answer (a block) is charged once made, until it
