@@ -85,6 +85,21 @@ impl Held {
     pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
+
+    /// Made the size of a line of `bytes`: what it holds beyond is given
+    /// back, what it lacks is added from `budgets` when they have it now
+    /// (never waited for while the rest is held).
+    pub(crate) fn fit(&mut self, budgets: &[&Arc<Semaphore>], bytes: usize) {
+        match bytes.checked_sub(self.bytes) {
+            Some(0) => {}
+            Some(more) => {
+                if let Some(more) = Held::try_take(budgets, &self.account, more) {
+                    self.merge(more);
+                }
+            }
+            None => self.shrink_to(bytes),
+        }
+    }
 }
 
 impl Drop for Held {
@@ -114,19 +129,9 @@ impl ServerRoom {
         ServerRoom { room, size, account }
     }
 
-    /// `held` made the size of a line of `bytes`: what it holds beyond is
-    /// given back, what it lacks is added when the room has it now (never
-    /// waited for while it holds the rest).
+    /// `held` made the size of a line of `bytes`, from this room ([`Held::fit`]).
     pub(crate) fn fit(&self, held: &mut Held, bytes: usize) {
-        match bytes.checked_sub(held.bytes()) {
-            Some(0) => {}
-            Some(more) => {
-                if let Some(more) = Held::try_take(&[&self.room], &self.account, more) {
-                    held.merge(more);
-                }
-            }
-            None => held.shrink_to(bytes),
-        }
+        held.fit(&[&self.room], bytes);
     }
 
     /// Waits, on a blocking thread, for `bytes` (at most the whole room);

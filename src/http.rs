@@ -30,7 +30,6 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 
 use self::task::{Event, Spec};
-use crate::hold::Held;
 use crate::process::Account;
 use crate::protocol::*;
 use crate::transport::Line;
@@ -192,7 +191,10 @@ impl Requests {
                     Err(_) => encode_response(&request, &result),
                 };
                 drop(result);
-                let held = fit([&self.share, &self.room], &self.account, held, line.len());
+                let held = held.map(|mut held| {
+                    held.fit(&[&self.share, &self.room], line.len());
+                    held
+                });
                 out.push(Line::charged(line, held));
                 // A buffered request is over; a stream that failed before its head too.
                 if entry.stream.is_none() || failed {
@@ -205,8 +207,9 @@ impl Requests {
                 *seq += 1;
                 let line = encode_body_delta(id, *seq, &bytes, false, None);
                 drop(bytes);
-                let held = fit([&self.share, &self.room], &self.account, Some(held), line.len());
-                out.push(Line::charged(line, held));
+                let mut held = held;
+                held.fit(&[&self.share, &self.room], line.len());
+                out.push(Line::charged(line, Some(held)));
             }
             Event::Ended { serial, error } => {
                 let Some(entry) = self.entries.get_mut(&serial) else { return };
@@ -242,26 +245,4 @@ impl Requests {
             }
         }
     }
-}
-
-/// A body's charge made the size of its line: what the base64 of the
-/// body was charged beyond it is given back, and the JSON around it
-/// (status, headers, ids: small) is added when the budgets have it.
-fn fit(
-    budgets: [&Arc<Semaphore>; 2],
-    account: &Arc<Account>,
-    held: Option<Held>,
-    line: usize,
-) -> Option<Held> {
-    let mut held = held?;
-    match line.checked_sub(held.bytes()) {
-        Some(0) => {}
-        Some(more) => {
-            if let Some(more) = Held::try_take(&budgets, account, more) {
-                held.merge(more);
-            }
-        }
-        None => held.shrink_to(line),
-    }
-    Some(held)
 }

@@ -16,6 +16,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 #[cfg(feature = "server")]
+pub(crate) use b64::encoded_len as b64_len;
+#[cfg(feature = "server")]
 pub(crate) use http_types::encode_body_delta;
 pub use methods::*;
 #[cfg(feature = "server")]
@@ -362,7 +364,7 @@ pub(crate) fn encode_write_file_bytes(
     params: &WriteFileParams,
     data: &[u8],
 ) -> serde_json::Result<String> {
-    let encoded_len = data.len().div_ceil(3) * 4;
+    let encoded_len = b64::encoded_len(data.len());
     splice_write_file(id, params, encoded_len, |line| b64::encode_into(data, line))
         .unwrap_or_else(|| encode_request_generic::<WriteFile>(id, &with_data(params, data)))
 }
@@ -467,7 +469,7 @@ pub(crate) fn encode_http_response(id: &RequestId, response: &HttpResponse) -> S
 #[cfg_attr(not(feature = "server"), allow(dead_code))]
 fn line_with_base64(head: &str, bytes: &[u8], tail: &str) -> String {
     // One byte more: the writer ends the line with `\n` in place.
-    let mut line = Vec::with_capacity(head.len() + bytes.len().div_ceil(3) * 4 + tail.len() + 1);
+    let mut line = Vec::with_capacity(head.len() + b64::encoded_len(bytes.len()) + tail.len() + 1);
     line.extend_from_slice(head.as_bytes());
     b64::encode_into(bytes, &mut line);
     line.extend_from_slice(tail.as_bytes());

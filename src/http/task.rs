@@ -20,7 +20,7 @@ use super::prepare::Prepared;
 use super::{CONNECTION_HTTP_BYTES, HTTP_BODY_LIMIT, HTTP_DELTA, HTTP_STREAM_BUFFER};
 use crate::hold::Held;
 use crate::process::Account;
-use crate::protocol::{Base64, ErrorObject, HttpHeader, HttpResponse};
+use crate::protocol::{b64_len, Base64, ErrorObject, HttpHeader, HttpResponse};
 
 /// What the task tells the loop, in order.
 pub(super) enum Event {
@@ -44,12 +44,6 @@ pub(super) struct Spec {
     /// The connection's share of the room.
     pub(super) share: Arc<Semaphore>,
     pub(super) account: Arc<Account>,
-}
-
-/// What `n` bytes cost as base64 on the wire. A body is charged piece by
-/// piece at this rate, which is never less than the base64 of the whole.
-pub(super) fn wire_cost(n: usize) -> usize {
-    n.div_ceil(3) * 4
 }
 
 pub(super) async fn run(spec: Spec, events: mpsc::Sender<Event>) {
@@ -115,7 +109,7 @@ async fn read_whole(mut body: Incoming, spec: &Spec) -> Result<(Vec<u8>, Option<
             ));
         }
         // Until the answer is made, the bytes and their base64 are both in memory.
-        let cost = data.len() + wire_cost(data.len());
+        let cost = data.len() + b64_len(data.len());
         let Some(more) = Held::try_take(&[&spec.share, &spec.room], &spec.account, cost) else {
             let needed = held.as_ref().map_or(0, Held::bytes) + cost;
             let share = CONNECTION_HTTP_BYTES.min(spec.room_bytes);
@@ -147,7 +141,7 @@ async fn stream(
     deadline: &Deadline,
     events: &mpsc::Sender<Event>,
 ) -> Result<(), String> {
-    let own = Arc::new(Semaphore::new(wire_cost(HTTP_STREAM_BUFFER)));
+    let own = Arc::new(Semaphore::new(b64_len(HTTP_STREAM_BUFFER)));
     let mut pending: Vec<u8> = Vec::new();
     let mut pending_held: Option<Held> = None;
     loop {
@@ -182,8 +176,7 @@ async fn stream(
         for piece in data.chunks(HTTP_DELTA) {
             let budgets = [&own, &spec.share, &spec.room];
             // A room smaller than one piece is taken whole (never waited for in vain).
-            let cost =
-                wire_cost(piece.len()).min(CONNECTION_HTTP_BYTES.min(spec.room_bytes).max(1));
+            let cost = b64_len(piece.len()).min(CONNECTION_HTTP_BYTES.min(spec.room_bytes).max(1));
             let held = match Held::try_take(&budgets, &spec.account, cost) {
                 Some(held) => held,
                 None => {
@@ -224,7 +217,7 @@ async fn deliver(
     let rest = pending.split_off(bytes);
     let delta = std::mem::replace(pending, rest);
     let held = match pending_held.as_mut() {
-        Some(all) if all.bytes() > wire_cost(bytes) => all.split_off(wire_cost(bytes)),
+        Some(all) if all.bytes() > b64_len(bytes) => all.split_off(b64_len(bytes)),
         _ => pending_held.take().ok_or("a delta without its charge")?,
     };
     let event = Event::Delta { serial: spec.serial, bytes: delta, held };

@@ -281,7 +281,7 @@ fn run(roots: &Roots, handles: &Handles, room: (&ServerRoom, &Semaphore), call: 
             // The bytes and their base64 line are both in memory until the
             // line is made; then only the line's charge is kept.
             let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
-            let cost = bytes.saturating_add(bytes.div_ceil(3).saturating_mul(4));
+            let cost = bytes.saturating_add(b64_len(bytes));
             held = room.0.wait_blocking(cost.saturating_add(around), room.1);
             held.is_some().then_some(()).ok_or_else(|| {
                 ErrorObject::internal(

@@ -152,7 +152,7 @@ async fn write_side(
 /// What the `tunnel/data` line of `n` bytes costs at most (its JSON around
 /// the base64 of the bytes, seq up to 20 digits).
 fn line_size(n: usize, id_len: usize) -> usize {
-    n.div_ceil(3) * 4 + id_len * 6 + 96
+    crate::protocol::b64_len(n) + id_len * 6 + 96
 }
 
 /// The most bytes read at once so that their line costs at most `budget`
