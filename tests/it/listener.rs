@@ -600,15 +600,7 @@ async fn a_launcher_starts_a_listening_server_with_a_token_and_connects_with_it(
 async fn the_client_presents_the_codex_connection_token_variable() {
     let dir = scratch("listener-env-token");
     let token = token_file(&dir, "from-the-environment");
-    let server = WsServer::start(&[
-        "--listen",
-        "ws://127.0.0.1:0",
-        "--ws-auth",
-        "capability-token",
-        "--ws-token-file",
-        token.to_str().unwrap(),
-    ])
-    .await;
+    let server = capability_server(&token).await;
     // In a child of this test binary: the variable is set for it alone.
     for (value, expected) in [
         ("from-the-environment", "CHILD: served".to_owned()),
@@ -629,6 +621,20 @@ async fn the_client_presents_the_codex_connection_token_variable() {
     }
 }
 
+/// A loopback listener that takes the capability token in `file`.
+async fn capability_server(file: &Path) -> WsServer {
+    let file = file.to_str().unwrap();
+    WsServer::start(&[
+        "--listen",
+        "ws://127.0.0.1:0",
+        "--ws-auth",
+        "capability-token",
+        "--ws-token-file",
+        file,
+    ])
+    .await
+}
+
 /// The child of the test above (does nothing unless it set the URL).
 #[tokio::test]
 async fn connection_token_child() {
@@ -646,15 +652,7 @@ async fn connection_token_child() {
 async fn two_authorization_headers_are_refused_whatever_their_order() {
     let dir = scratch("listener-two-auth");
     let token = token_file(&dir, "the-one-token");
-    let server = WsServer::start(&[
-        "--listen",
-        "ws://127.0.0.1:0",
-        "--ws-auth",
-        "capability-token",
-        "--ws-token-file",
-        token.to_str().unwrap(),
-    ])
-    .await;
+    let server = capability_server(&token).await;
     for extra in [
         "Authorization: Bearer the-one-token\r\nAuthorization: Bearer junk\r\n",
         "Authorization: Bearer junk\r\nAuthorization: Bearer the-one-token\r\n",

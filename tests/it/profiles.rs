@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::sandbox::{full_snapshot, run, Tree, User};
+use crate::sandbox::{full_snapshot, run, run_started, Tree, User};
 
 fn uri(path: &Path) -> String {
     format!("file://{}", path.display())
@@ -366,27 +366,6 @@ async fn minimal_and_project_roots_read_as_upstream_and_keep_arg0() {
         (output.as_str(), code),
         ("exec-server: cannot run /bin/sh: Permission denied (os error 13)\n", 127)
     );
-}
-
-/// The output and exit code of a process already started.
-async fn run_started(server: &mut crate::binary::Binary, id: &str) -> (String, i64) {
-    let mut output = Vec::new();
-    loop {
-        let message = server.next().await.expect("the server closed stdout");
-        if message["params"]["processId"] != id {
-            continue;
-        }
-        match message["method"].as_str() {
-            Some("process/output") => {
-                output.extend(crate::support::unb64(&message["params"]["chunk"]))
-            }
-            Some("process/exited") => {
-                let code = message["params"]["exitCode"].as_i64().unwrap();
-                return (String::from_utf8_lossy(&output).into_owned(), code);
-            }
-            _ => {}
-        }
-    }
 }
 
 #[tokio::test]

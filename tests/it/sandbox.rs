@@ -197,10 +197,15 @@ pub async fn run(server: &mut Binary, params: Value) -> (String, i64) {
     let id = params["processId"].as_str().unwrap().to_owned();
     let started = server.call("process/start", params).await;
     assert!(started.get("error").is_none(), "start failed: {started}");
+    run_started(server, &id).await
+}
+
+/// The output of a process already started, until it exits: (output, exit code).
+pub async fn run_started(server: &mut Binary, id: &str) -> (String, i64) {
     let mut output = Vec::new();
     loop {
         let message = server.next().await.expect("the server closed stdout");
-        if message["params"]["processId"] != id.as_str() {
+        if message["params"]["processId"] != id {
             continue;
         }
         match message["method"].as_str() {

@@ -241,21 +241,31 @@ async fn a_text_frame_that_is_not_utf8_fails_the_connection_with_1007() {
     assert_eq!(close.map(|c| c.code), Some(CloseCode::Invalid));
 }
 
-#[tokio::test]
-async fn a_peer_that_goes_silent_is_dropped_and_its_session_ends_after_the_ttl() {
+/// An in-process listener that pings every 200 ms (and keeps a detached
+/// session `ttl_ms`, when given): its URL, its stop, and its task.
+async fn listen_pinging_every_200ms(
+    ttl_ms: Option<u64>,
+) -> (String, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>) {
     use exec_server::server::{self, Config, ListenOptions};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}", listener.local_addr().unwrap());
+    let defaults = ListenOptions::default();
     let options = ListenOptions {
         config: Config::default(),
         ping_interval: std::time::Duration::from_millis(200),
-        session_ttl: std::time::Duration::from_millis(200),
-        ..ListenOptions::default()
+        session_ttl: ttl_ms.map_or(defaults.session_ttl, std::time::Duration::from_millis),
+        ..defaults
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let listening = tokio::spawn(server::listen(listener, options, async {
         let _ = stopped.await;
     }));
+    (url, stop, listening)
+}
+
+#[tokio::test]
+async fn a_peer_that_goes_silent_is_dropped_and_its_session_ends_after_the_ttl() {
+    let (url, stop, listening) = listen_pinging_every_200ms(Some(200)).await;
     let mut peer = WsPeer::connect(&url).await;
     peer.handshake().await;
     let start = json!({"id": 1, "method": "process/start", "params": crate::support::start_params("s", &["sleep", "100"], json!({}))});
@@ -275,18 +285,7 @@ async fn a_peer_that_goes_silent_is_dropped_and_its_session_ends_after_the_ttl()
 
 #[tokio::test]
 async fn an_idle_peer_that_answers_pings_stays_connected() {
-    use exec_server::server::{self, Config, ListenOptions};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("ws://{}", listener.local_addr().unwrap());
-    let options = ListenOptions {
-        config: Config::default(),
-        ping_interval: std::time::Duration::from_millis(200),
-        ..ListenOptions::default()
-    };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let listening = tokio::spawn(server::listen(listener, options, async {
-        let _ = stopped.await;
-    }));
+    let (url, stop, listening) = listen_pinging_every_200ms(None).await;
     let mut peer = WsPeer::connect(&url).await;
     peer.handshake().await;
     // Idle for seven ping periods: the client reads (so it answers every
