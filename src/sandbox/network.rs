@@ -153,6 +153,22 @@ fn become_helper(
         if null > 2 {
             libc::close(null);
         }
+        // As root slirp4netns sandboxes itself in a mount namespace (pivot_root,
+        // then unmounting the old root): in a namespace of its own whose
+        // mounts are private first, or the unmounts would reach the host's
+        // (its named network namespaces in /run/netns among them).
+        if libc::geteuid() == 0
+            && (libc::unshare(libc::CLONE_NEWNS) != 0
+                || libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) != 0)
+        {
+            libc::_exit(127);
+        }
         let mut byte = 0u8;
         if libc::read(go.as_raw_fd(), (&raw mut byte).cast(), 1) != 1 {
             libc::_exit(0);

@@ -14,7 +14,7 @@ use exec_server::{Client, ClientOptions, Sandbox, StartParams};
 use serde_json::json;
 
 use crate::binary::Binary;
-use crate::sandbox::{run, sandboxed, Tree, User, NOBODY};
+use crate::sandbox::{run, run_started, sandboxed, Tree, User, NOBODY};
 use crate::support::{root_or_skip, scratch, within};
 use crate::websocket::WsServer;
 
@@ -261,7 +261,8 @@ async fn a_networked_sandbox_reaches_other_hosts_and_nothing_on_this_one() {
             continue;
         }
         assert!(started.get("error").is_none(), "{started}");
-        let output = collect(&mut server, "probe").await;
+        let (output, code) = run_started(&mut server, "probe").await;
+        assert_eq!(code, 0, "{output}");
         let mut expected: Vec<String> = Vec::new();
         for target in &targets {
             let host: IpAddr = target.split(',').nth(1).unwrap().parse().unwrap();
@@ -307,32 +308,6 @@ fn tun_usable_by_nobody() -> bool {
     status.success()
 }
 
-/// A process's output until it closes (its exit code must be 0).
-async fn collect(server: &mut Binary, id: &str) -> String {
-    let mut output = Vec::new();
-    loop {
-        let message = server.next().await.expect("the server closed stdout");
-        if message["params"]["processId"] != id {
-            continue;
-        }
-        match message["method"].as_str() {
-            Some("process/output") => {
-                output.extend(crate::support::unb64(&message["params"]["chunk"]));
-            }
-            Some("process/exited") => {
-                assert_eq!(
-                    message["params"]["exitCode"],
-                    0,
-                    "{}",
-                    String::from_utf8_lossy(&output)
-                );
-            }
-            Some("process/closed") => return String::from_utf8(output).unwrap(),
-            _ => {}
-        }
-    }
-}
-
 #[tokio::test]
 async fn a_networked_sandbox_cannot_reach_its_own_servers_listener() {
     let tree = Tree::new("netns-listener", User::Current);
@@ -374,6 +349,28 @@ async fn a_networked_sandbox_cannot_reach_its_own_servers_listener() {
             assert_eq!(String::from_utf8(output).unwrap(), "99\n", "{host}");
         }
     }
+}
+
+#[tokio::test]
+async fn a_networked_start_leaves_the_hosts_mounts_alone() {
+    if !root_or_skip("a named network namespace of the host") {
+        return;
+    }
+    // A named namespace is a mount in /run/netns: slirp4netns's own mount
+    // sandbox once unmounted it through the host's shared mounts.
+    let name = format!("es-mounts-{}", std::process::id());
+    let _ = Command::new("ip").args(["netns", "del", &name]).stderr(Stdio::null()).status();
+    ip(&["netns", "add", &name]);
+    let tree = Tree::new("netns-mounts", User::Current);
+    let mut server = Binary::ready(&[]).await;
+    let sandbox = json!({"mode": "restricted", "writableRoots": [tree.w()], "network": true});
+    assert_eq!(
+        run(&mut server, sandboxed("m", &["true"], tree.w(), json!({}), sandbox)).await,
+        (String::new(), 0)
+    );
+    let alive = Command::new("ip").args(["-n", &name, "link", "set", "lo", "up"]).output().unwrap();
+    let _ = Command::new("ip").args(["netns", "del", &name]).status();
+    assert!(alive.status.success(), "{}", String::from_utf8_lossy(&alive.stderr));
 }
 
 #[tokio::test]
