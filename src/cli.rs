@@ -62,6 +62,15 @@ struct Cli {
     /// With --listen: connections served at once (upgraded ones; handshakes have a budget of their own); beyond, HTTP 503.
     #[arg(long, value_name = "N", default_value_t = crate::server::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
+    /// Memory limit of every process tree that names none (bytes, or with K, M, G: e.g. 512M).
+    #[arg(long, value_name = "SIZE", value_parser = crate::limits::parse_size)]
+    limit_memory: Option<u64>,
+    /// Processes and threads every process tree may hold at once, unless it names fewer.
+    #[arg(long, value_name = "N", value_parser = |s: &str| crate::limits::parse_count(crate::protocol::PROCESSES_LIMIT, s))]
+    limit_processes: Option<u64>,
+    /// CPU of every process tree in percent of one CPU (100: one core), unless it names less.
+    #[arg(long, value_name = "PERCENT", value_parser = |s: &str| crate::limits::parse_count(crate::protocol::CPU_LIMIT, s))]
+    limit_cpu: Option<u64>,
     /// Confine every process: writes only beneath the --root directories (or its cwd), no network.
     #[arg(long)]
     sandbox: bool,
@@ -113,6 +122,7 @@ pub(crate) fn main() -> ExitCode {
 pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
     // A sandboxed start re-executes this binary as its trampoline: it never returns.
     crate::sandbox::run_if_trampoline();
+    crate::limits::run_if_joining();
     crate::process::run_if_watcher();
     let args: Vec<std::ffi::OsString> = args.into_iter().collect();
     let cli = Cli::parse_from(&args);
@@ -191,6 +201,11 @@ pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> E
             TunnelsMode::Loopback => crate::server::TunnelPolicy::Loopback,
             TunnelsMode::Any => crate::server::TunnelPolicy::Any,
         },
+        limits: crate::protocol::ProcessLimits::new(
+            cli.limit_memory,
+            cli.limit_processes,
+            cli.limit_cpu,
+        ),
         http_requests: match cli.http_requests {
             HttpMode::None => crate::server::HttpPolicy::None,
             HttpMode::Any => crate::server::HttpPolicy::Any,

@@ -637,6 +637,7 @@ impl StartParams {
             pipe_stdin: false,
             size: None,
             metadata: None,
+            limits: None,
         }
     }
 
@@ -668,6 +669,13 @@ impl StartParams {
     /// `Sandbox::restricted(["/work"]).readable_roots(["/usr", "/work"]).network(false)`.
     pub fn sandbox(mut self, sandbox: Sandbox) -> StartParams {
         self.sandbox = Some(sandbox);
+        self
+    }
+
+    /// Runs with memory, process and CPU limits on its whole tree, for
+    /// example `ProcessLimits::new(Some(512 << 20), Some(64), Some(100))`.
+    pub fn limits(mut self, limits: crate::protocol::ProcessLimits) -> StartParams {
+        self.limits = Some(limits);
         self
     }
 }

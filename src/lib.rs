@@ -62,6 +62,8 @@ mod host;
 #[cfg(feature = "server")]
 mod http;
 #[cfg(feature = "server")]
+mod limits;
+#[cfg(feature = "server")]
 mod listen;
 #[cfg(feature = "server")]
 mod mcp;
@@ -96,7 +98,8 @@ pub use crate::filesystem::LocalFileSystem;
 pub use crate::filesystem::{FileSystem, RemoteFileSystem};
 pub use crate::launcher::{LaunchCommand, Launcher, Shutdown, SshCommand};
 pub use crate::protocol::{
-    Access, AccessEntry, Sandbox, SandboxMode, SandboxType, StartMetadata, StartParams, TtySize,
+    Access, AccessEntry, LimitHit, ProcessLimits, Sandbox, SandboxMode, SandboxType, StartMetadata,
+    StartParams, TtySize,
 };
 
 #[cfg(feature = "server")]
@@ -107,6 +110,7 @@ pub use crate::protocol::{
 /// returning; otherwise it returns at once.
 pub fn run_sandbox_helper_if_requested() {
     sandbox::run_if_trampoline();
+    limits::run_if_joining();
 }
 
 /// The hidden first argument with which [`LaunchCommand::this_program`] starts
@@ -127,6 +131,7 @@ pub fn serve_if_requested() {
         std::process::exit(if code == std::process::ExitCode::SUCCESS { 0 } else { 1 });
     }
     sandbox::run_if_trampoline();
+    limits::run_if_joining();
     process::run_if_watcher();
 }
 

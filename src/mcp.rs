@@ -122,6 +122,7 @@ where
 {
     tracing::info!("serving MCP");
     let limit = config.max_message_bytes;
+    let memory_limit = config.limits.memory_bytes;
     let client = crate::Client::in_process(config)
         .await
         .map_err(|e| io::Error::other(format!("cannot start the engine: {e}")))?;
@@ -132,7 +133,7 @@ where
         )
     })?;
     let engine = Arc::new(Engine {
-        exec: Exec::new(client, confinement),
+        exec: Exec::new(client, confinement, memory_limit),
         roots: tokio::sync::watch::Sender::new(Some(vec![cwd.clone()])),
         files: tokio::sync::Mutex::new(None),
     });

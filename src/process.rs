@@ -116,6 +116,8 @@ pub(crate) struct Limits {
     pub(crate) reservation: Duration,
     /// How processes are confined.
     pub(crate) sandbox: sandbox::Settings,
+    /// The limits of a start that names none (`--limit-memory` and the rest).
+    pub(crate) tree: crate::protocol::ProcessLimits,
 }
 
 /// The answer to `process/read`: now, or later when output, exit or the deadline comes.
@@ -185,6 +187,9 @@ pub(crate) struct ProcessTable {
     /// [`MAX_LINGERING`]): what a background job left in them is still swept
     /// when the table ends, and the watcher still knows them.
     lingering: VecDeque<(Session, u32)>,
+    /// The cgroups of forgotten processes that still had members, newest
+    /// last (at most [`MAX_LINGERING`]): killed when the table ends.
+    lingering_groups: VecDeque<Arc<crate::limits::Group>>,
 }
 
 /// Bytes of stored commands (argv, env, cwd of live, starting and exited
@@ -223,6 +228,7 @@ impl ProcessTable {
             account,
             exited: VecDeque::new(),
             lingering: VecDeque::new(),
+            lingering_groups: VecDeque::new(),
             reserved: VecDeque::new(),
         }
     }
@@ -290,6 +296,7 @@ impl ProcessTable {
                 params.process_id
             )));
         }
+        let tree_limits = crate::limits::resolve(params.limits.as_ref(), &self.limits.tree)?;
         let charge = self.charge_start(&params)?;
         registry::reap_disowned();
         let serial = self.next_serial;
@@ -305,7 +312,15 @@ impl ProcessTable {
             }
             let params = StartParams { cwd: cwd.path, ..work_params };
             let confined = policy.as_ref().map(|policy| (policy, settings.helper.as_deref()));
-            Entry::spawn(&params, cwd.dir.as_ref(), confined).map_err(|error| match error {
+            // The server's own processes in a sandboxed tree: its trampoline
+            // and init, and the network helper.
+            let helpers = policy.as_ref().map_or(0, |policy| 2 + u64::from(policy.network));
+            let group = tree_limits
+                .map(|limits| crate::limits::Group::create(limits, helpers).map(Arc::new))
+                .transpose()
+                .map_err(|refusal| crate::limits::refused(&refusal))?;
+            let grouped = group.as_ref().map(|group| (group, settings.helper.as_deref()));
+            Entry::spawn(&params, cwd.dir.as_ref(), confined, grouped).map_err(|error| match error {
                 SpawnError::Io(error) if matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
                     ErrorObject::internal(format!(
                         "failed to start `{}`: {error}: the server is out of file descriptors (its limit, RLIMIT_NOFILE, is {}, and each process takes up to {FDS_PER_PROCESS})",
@@ -347,6 +362,11 @@ impl ProcessTable {
             )));
         }
         Ok(Charge::new(self.account.clone(), cost))
+    }
+
+    /// The limits of a start that names none.
+    pub(crate) fn default_limits(&self) -> &crate::protocol::ProcessLimits {
+        &self.limits.tree
     }
 
     /// Whether a start waits for the spawner (later process requests wait too).
@@ -737,7 +757,8 @@ impl ProcessTable {
         let leaders: Vec<u32> =
             self.entries.values().filter(|e| e.is_running()).map(|e| e.pid).collect();
         let sessions = self.all_sessions();
-        move || tree::end_families(&leaders, &sessions)
+        let groups = self.all_groups();
+        move || tree::end_families(&leaders, &sessions) + tree::kill_groups(&groups)
     }
 
     /// While held (a detached session), exited processes are not forgotten
@@ -763,7 +784,8 @@ impl ProcessTable {
         }
     }
 
-    /// Kills every process group and session (connection end), in one sweep.
+    /// Kills every process group and session (connection end), in one
+    /// sweep, and everything in the cgroups of limited processes.
     pub(crate) fn kill_all(&mut self) {
         self.closing = true;
         let lingering = self.lingering.iter().map(|(session, _)| *session);
@@ -774,6 +796,10 @@ impl ProcessTable {
             .chain(lingering)
             .collect();
         self.sweep(sessions, &[Signal::KILL]);
+        let groups = self.all_groups();
+        if !groups.is_empty() {
+            self.sweeps.spawn_blocking(move || tree::kill_groups(&groups));
+        }
     }
 
     /// Timers and parked reads held (for tests of cancellation).
@@ -841,6 +867,13 @@ impl ProcessTable {
     /// Drops the entry of `id`; its session lingers (see `lingering`).
     fn forget(&mut self, id: &str) {
         let Some(entry) = self.entries.remove(id) else { return };
+        // A cgroup still in use (a background job) lingers too, to be killed at the end.
+        if let Some(group) = entry.group.clone().filter(|group| !group.members().is_empty()) {
+            self.lingering_groups.push_back(group);
+            if self.lingering_groups.len() > MAX_LINGERING {
+                self.lingering_groups.pop_front();
+            }
+        }
         self.lingering.push_back((entry.session(), entry.pid));
         if self.lingering.len() > MAX_LINGERING {
             if let Some((_, pid)) = self.lingering.pop_front() {
@@ -853,6 +886,12 @@ impl ProcessTable {
     fn all_sessions(&self) -> Vec<Session> {
         let lingering = self.lingering.iter().map(|(session, _)| *session);
         self.entries.values().map(Entry::session).chain(lingering).collect()
+    }
+
+    /// The cgroups of its limited processes, forgotten ones included.
+    fn all_groups(&self) -> Vec<Arc<crate::limits::Group>> {
+        let live = self.entries.values().filter_map(|entry| entry.group.clone());
+        live.chain(self.lingering_groups.iter().cloned()).collect()
     }
 
     /// Runs a `/proc` sweep of `sessions` off the loop.

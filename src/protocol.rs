@@ -4,6 +4,7 @@ mod b64;
 mod build;
 mod fs_types;
 mod http_types;
+mod limit_types;
 mod methods;
 pub(crate) mod names;
 mod strict;
@@ -19,6 +20,13 @@ use serde_json::Value;
 pub(crate) use b64::encoded_len as b64_len;
 #[cfg(feature = "server")]
 pub(crate) use http_types::encode_body_delta;
+#[cfg(feature = "server")]
+pub(crate) use limit_types::{
+    Field as LimitField, CPU as CPU_LIMIT, MEMORY as MEMORY_LIMIT, PROCESSES as PROCESSES_LIMIT,
+};
+pub use limit_types::{
+    LimitHit, ProcessLimits, MAX_CPU_PERCENT, MAX_MEMORY_BYTES, MAX_PROCESSES, MIN_MEMORY_BYTES,
+};
 pub use methods::*;
 #[cfg(feature = "server")]
 pub(crate) use strict::from_str as strict_json;

@@ -108,6 +108,9 @@ pub struct Config {
     /// (None: this process's own executable, right for the binary itself; an
     /// embedder or a test names the binary).
     pub sandbox_helper: Option<PathBuf>,
+    /// Limits of every start that names none of its own (`--limit-memory`,
+    /// `--limit-processes`, `--limit-cpu`); a start may lower them, not raise them.
+    pub limits: crate::protocol::ProcessLimits,
 }
 
 impl Default for Config {
@@ -124,6 +127,7 @@ impl Default for Config {
             tunnels: TunnelPolicy::default(),
             http_requests: HttpPolicy::default(),
             sandbox_helper: None,
+            limits: crate::protocol::ProcessLimits::default(),
         }
     }
 }

@@ -59,7 +59,7 @@ impl Event {
                 decode::<ExitedParams>(params).map(|p| Event::Exited {
                     process_id: p.process_id,
                     seq: p.seq,
-                    status: ExitStatus { code: p.exit_code, signal: p.signal },
+                    status: ExitStatus { code: p.exit_code, signal: p.signal, limit: p.limit },
                 })
             }
             m if m == ProcessClosed::NAME => decode::<ClosedParams>(params)

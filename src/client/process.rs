@@ -28,6 +28,8 @@ pub struct ExitStatus {
     pub code: i32,
     /// The killing signal's name, such as `SIGKILL`.
     pub signal: Option<String>,
+    /// The limit that ended it (a start with limits whose tree hit its memory limit).
+    pub limit: Option<crate::protocol::LimitHit>,
 }
 
 /// A started process. Its output comes in seq order without gaps or repeats

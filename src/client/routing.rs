@@ -231,7 +231,11 @@ impl Shared {
             }
         }
         if read.exited {
-            let exit = ExitStatus { code: read.exit_code.unwrap_or(-1), signal: read.signal };
+            let exit = ExitStatus {
+                code: read.exit_code.unwrap_or(-1),
+                signal: read.signal,
+                limit: read.limit,
+            };
             let closed = read.closed.then(|| read.next_seq.saturating_sub(1));
             route.status.send_modify(|status| {
                 status.exit.get_or_insert(exit);
@@ -398,7 +402,11 @@ impl Shared {
             }
             m if m == ProcessExited::NAME => {
                 if let Ok(exited) = serde_json::from_value::<ExitedParams>(params.clone()) {
-                    let exit = ExitStatus { code: exited.exit_code, signal: exited.signal };
+                    let exit = ExitStatus {
+                        code: exited.exit_code,
+                        signal: exited.signal,
+                        limit: exited.limit,
+                    };
                     let ends_stream = !self.sends_closed.load(Ordering::Relaxed);
                     let last_seq = route.last_seq;
                     route.status.send_modify(|status| {

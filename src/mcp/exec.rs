@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 
 use super::text::Answer;
 use crate::client::lock;
-use crate::protocol::{ProcessTerminate, ProcessWrite, TerminateParams, WriteParams};
+use crate::protocol::{LimitHit, ProcessTerminate, ProcessWrite, TerminateParams, WriteParams};
 use crate::{Client, Sandbox, StartParams};
 
 /// The first output bytes a session keeps for its next answer.
@@ -58,6 +58,8 @@ struct Gathered {
     output: Output,
     /// The exit code, once the output has ended and the process exited.
     exit: Option<i32>,
+    /// Its memory limit killed a process of its tree.
+    memory_killed: bool,
     /// The pump ended (exit known, or the connection to the engine lost).
     done: bool,
 }
@@ -123,13 +125,16 @@ const MAX_KEPT: usize = 4 * MAX_SESSIONS;
 pub(crate) struct Exec {
     client: Client,
     confinement: Confinement,
+    /// The server's default memory limit, which every command runs under.
+    memory_limit: Option<u64>,
     table: Mutex<Table>,
     next: AtomicU32,
 }
 
 impl Exec {
-    pub(crate) fn new(client: Client, confinement: Confinement) -> Exec {
-        Exec { client, confinement, table: Mutex::new(Table::default()), next: AtomicU32::new(1) }
+    pub(crate) fn new(client: Client, confinement: Confinement, memory_limit: Option<u64>) -> Exec {
+        let table = Mutex::new(Table::default());
+        Exec { client, confinement, memory_limit, table, next: AtomicU32::new(1) }
     }
 
     /// `exec_command`: starts `command` beneath `roots` (writable), waits.
@@ -256,9 +261,10 @@ impl Exec {
                 break;
             }
         }
-        let (output, exit, done) = {
+        let (output, exit, done, memory_killed) = {
             let mut gathered = lock(&session.gathered);
-            (std::mem::take(&mut gathered.output), gathered.exit, gathered.done)
+            let output = std::mem::take(&mut gathered.output);
+            (output, gathered.exit, gathered.done, gathered.memory_killed)
         };
         if done {
             lock(&self.table).sessions.remove(&id);
@@ -266,6 +272,7 @@ impl Exec {
         let answer = Answer {
             wall: started.elapsed(),
             exit_code: exit,
+            memory_limit: self.memory_limit.filter(|_| memory_killed),
             session_id: Some(id),
             head: &output.head,
             tail: &output.tail,
@@ -287,9 +294,10 @@ async fn pump(mut process: crate::Process, gathered: Arc<Mutex<Gathered>>, chang
         lock(&gathered).output.push(&chunk.bytes);
         changed.notify_waiters();
     }
-    let exit = process.wait().await.ok().map(|status| status.code);
+    let exit = process.wait().await.ok();
     let mut done = lock(&gathered);
-    done.exit = exit;
+    done.memory_killed = exit.as_ref().is_some_and(|e| e.limit == Some(LimitHit::Memory));
+    done.exit = exit.map(|status| status.code);
     done.done = true;
     drop(done);
     changed.notify_waiters();

@@ -13,6 +13,8 @@ pub(crate) struct Answer<'a> {
     pub(crate) wall: std::time::Duration,
     /// `Some(code)` when the process exited.
     pub(crate) exit_code: Option<i32>,
+    /// The memory limit, when it killed a process of the command's tree.
+    pub(crate) memory_limit: Option<u64>,
     /// The session to write to, while it runs.
     pub(crate) session_id: Option<u32>,
     /// The first bytes of the output since the last answer.
@@ -31,10 +33,13 @@ impl Answer<'_> {
         let limit = self.max_output_tokens.saturating_mul(BYTES_PER_TOKEN);
         let (output, truncated) = cut(self.head, self.tail, self.produced, limit);
         let chunk_id = chunk_id();
-        let status = match (self.exit_code, self.session_id) {
-            (Some(code), _) => format!("Process exited with code {code}"),
-            (None, Some(id)) => format!("Process running with session ID {id}"),
-            (None, None) => "Process running".to_owned(),
+        let status = match (self.exit_code, self.memory_limit, self.session_id) {
+            (Some(_), Some(bytes), _) => {
+                format!("Process killed: memory limit {} MiB", bytes >> 20)
+            }
+            (Some(code), None, _) => format!("Process exited with code {code}"),
+            (None, _, Some(id)) => format!("Process running with session ID {id}"),
+            (None, _, None) => "Process running".to_owned(),
         };
         let text = format!(
             "Chunk ID: {chunk_id}\nWall time: {:.4} seconds\n{status}\nOriginal token count: {tokens}\nOutput:\n{output}",
@@ -118,6 +123,7 @@ mod tests {
         let answer = Answer {
             wall: std::time::Duration::from_millis(1002),
             exit_code: Some(0),
+            memory_limit: None,
             session_id: Some(3),
             head: b"hello\n",
             tail: b"",

@@ -20,9 +20,10 @@ use super::signal::{signal_group, ExitInfo, Signal};
 use super::spawn::{self, SpawnError, SpawnRequest, Spawned};
 use super::tree::{self, Session};
 use super::write_ids::WriteIds;
+use crate::limits::Group;
 use crate::protocol::{
-    encode_notification, encode_output, ClosedParams, ExitedParams, ProcessClosed, ProcessExited,
-    ProcessInfo, ReadParams, ReadResult, SandboxType, StartParams, Stream,
+    encode_notification, encode_output, ClosedParams, ExitedParams, LimitHit, ProcessClosed,
+    ProcessExited, ProcessInfo, ReadParams, ReadResult, SandboxType, StartParams, Stream,
 };
 use crate::sandbox::Policy;
 use crate::transport::Line;
@@ -84,6 +85,10 @@ pub(crate) struct Entry {
     tasks: JoinSet<()>,
     /// What its stored argv costs the retained-memory budgets.
     pub(crate) stored: Option<super::Charge>,
+    /// The cgroup its tree runs in (a start with limits).
+    pub(crate) group: Option<std::sync::Arc<Group>>,
+    /// The limit that ended it, found when it exited.
+    limit_hit: Option<LimitHit>,
 }
 
 impl Entry {
@@ -92,6 +97,7 @@ impl Entry {
         params: &StartParams,
         cwd_dir: Option<&std::os::fd::OwnedFd>,
         sandbox: Option<(&Policy, Option<&std::path::Path>)>,
+        group: Option<(&std::sync::Arc<Group>, Option<&std::path::Path>)>,
     ) -> Result<Spawned, SpawnError> {
         let request = SpawnRequest {
             argv: &params.argv,
@@ -102,8 +108,11 @@ impl Entry {
             tty: params.tty.then(|| params.size.unwrap_or_default()),
             pipe_stdin: params.pipe_stdin,
             sandbox,
+            group: group.map(|(group, helper)| (&**group, helper)),
         };
-        spawn::spawn(&request)
+        let mut spawned = spawn::spawn(&request)?;
+        spawned.group = group.map(|(group, _)| group.clone());
+        Ok(spawned)
     }
 
     /// Starts the tasks of a spawned process (on the loop; never blocks).
@@ -142,6 +151,8 @@ impl Entry {
             master: handles.master,
             tasks,
             stored: None,
+            group: spawned.group,
+            limit_hit: None,
         })
     }
 
@@ -173,6 +184,10 @@ impl Entry {
     pub(crate) fn exited(&mut self, info: ExitInfo, now: Instant) {
         if !matches!(self.life, Life::Running) {
             return;
+        }
+        if let Some(group) = &self.group {
+            self.limit_hit = (group.oom_kills() > 0).then_some(LimitHit::Memory);
+            group.release();
         }
         let reaped_at = spawn::reap(self.pid).then(|| {
             registry::reaped(self.pid);
@@ -292,6 +307,7 @@ impl Entry {
             seq,
             exit_code: exit.code,
             signal: exit.signal.clone(),
+            limit: self.limit_hit,
         };
         encode_notification::<ProcessExited>(&params, 128)
     }
@@ -319,6 +335,7 @@ impl Entry {
             exit_code: exit.filter(|_| exited).map(|e| e.code),
             signal: exit.filter(|_| exited).and_then(|e| e.signal.clone()),
             closed,
+            limit: self.limit_hit.filter(|_| exited),
         }
     }
 
@@ -332,6 +349,7 @@ impl Entry {
             exit_code: self.exit().map(|e| e.code),
             signal: self.exit().and_then(|e| e.signal.clone()),
             sandbox_type: self.shape.sandbox_name(self.sandbox_type),
+            limits: self.group.as_ref().map(|group| group.limits()),
         }
     }
 }

@@ -190,6 +190,28 @@ fn lock() -> MutexGuard<'static, Option<HashSet<u32>>> {
     leaders
 }
 
+/// The cgroup directories the watcher was told of.
+static TOLD_CGROUPS: Mutex<Vec<std::path::PathBuf>> = Mutex::new(Vec::new());
+
+/// Tells the watcher of the server's cgroup directories it does not know
+/// yet: if the server dies, it kills what is in them and removes them.
+pub(crate) fn watch_cgroups(dirs: &[std::path::PathBuf]) {
+    let Some(watcher) = WATCHER.get() else { return };
+    let mut told = TOLD_CGROUPS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    for dir in dirs {
+        if told.contains(dir) {
+            continue;
+        }
+        match dir.to_str().filter(|text| !text.contains('\n')) {
+            Some(text) => tell(watcher, &format!("c{text}\n")),
+            None => {
+                tracing::warn!(cgroup = %dir.display(), "a cgroup path the watcher cannot be told")
+            }
+        }
+        told.push(dir.clone());
+    }
+}
+
 fn tell(watcher: &Mutex<File>, line: &str) {
     let mut pipe = watcher.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Err(error) = pipe.write_all(line.as_bytes()) {

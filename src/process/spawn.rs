@@ -23,8 +23,12 @@ use super::launch::{self, Launch, Stdio};
 use super::registry;
 use super::signal::ExitInfo;
 use super::tree;
+use crate::limits::Group;
 use crate::protocol::{SandboxType, TtySize};
 use crate::sandbox::{self, Failure, Policy};
+
+/// This binary, for the cgroup v2 join trampoline when no helper is named.
+const SELF_EXE: &str = "/proc/self/exe";
 
 /// What to start.
 pub(crate) struct SpawnRequest<'a> {
@@ -38,6 +42,9 @@ pub(crate) struct SpawnRequest<'a> {
     pub(crate) pipe_stdin: bool,
     /// Run confined: the policy, and the helper binary (None: this one).
     pub(crate) sandbox: Option<(&'a Policy, Option<&'a Path>)>,
+    /// Run in this cgroup, and the binary that joins it where a thread cannot
+    /// (cgroup v2; None: this one).
+    pub(crate) group: Option<(&'a Group, Option<&'a Path>)>,
 }
 
 /// A started child; its pid is also its process-group and session id.
@@ -46,6 +53,8 @@ pub(crate) struct Spawned {
     pub(crate) sandbox_type: SandboxType,
     pub(crate) pidfd: OwnedFd,
     pub(crate) io: ChildIo,
+    /// The cgroup its tree runs in, for a start with limits.
+    pub(crate) group: Option<std::sync::Arc<Group>>,
 }
 
 /// The parent's ends of the child's stdio.
@@ -98,15 +107,25 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> Result<Spawned, SpawnError> {
         };
         // Held across the spawn: the orphan reaper must not reap this child before it is known.
         let registry = registry::lock_for_spawn()?;
-        let pid = launch::launch(&Launch {
-            program: exe,
-            argv: args,
-            env: &env,
-            stdio,
-            cwd: request.cwd,
-            cwd_dir: request.cwd_dir,
-            fds,
-        })?;
+        let launch = |program: &Path, argv: &[CString]| {
+            launch::launch(&Launch {
+                program,
+                argv,
+                env: &env,
+                stdio,
+                cwd: request.cwd,
+                cwd_dir: request.cwd_dir,
+                fds,
+            })
+        };
+        let pid = match request.group {
+            Some((group, helper)) => {
+                registry::watch_cgroups(&crate::limits::server_dirs());
+                let helper = helper.unwrap_or(Path::new(SELF_EXE));
+                group.spawn_inside(helper, exe, args, launch)?
+            }
+            None => launch(exe, args)?,
+        };
         registry.register(pid);
         if let Some(prepared) = prepared {
             if let Err(failure) = prepared.wait_started() {
@@ -152,7 +171,7 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> Result<Spawned, SpawnError> {
     let pidfd = tree::pidfd_open(pid)?;
     let sandbox_type =
         if request.sandbox.is_some() { SandboxType::LinuxLandlock } else { SandboxType::None };
-    Ok(Spawned { pid, sandbox_type, pidfd, io })
+    Ok(Spawned { pid, sandbox_type, pidfd, io, group: None })
 }
 
 /// A pipe as (read end, write end), both close-on-exec.

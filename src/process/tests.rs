@@ -22,6 +22,7 @@ fn table() -> (ProcessTable, mpsc::Receiver<ProcEvent>) {
         server_account: Default::default(),
         reservation: Duration::from_secs(30),
         sandbox: crate::sandbox::Settings::default(),
+        tree: Default::default(),
     };
     (ProcessTable::new(events, limits), receiver)
 }

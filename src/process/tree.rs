@@ -285,6 +285,31 @@ pub(crate) fn signal_descendants(ancestor: u32, spared: &[u32], signal: Signal) 
         .count()
 }
 
+/// SIGKILLs every process of the cgroups of `groups`, pass after pass until
+/// none is left: a pid is signalled through a pidfd opened before the cgroup
+/// is read again, and only if it is still listed, so a number reused
+/// meanwhile is never hit. Returns how many were killed.
+pub(crate) fn kill_groups(groups: &[std::sync::Arc<crate::limits::Group>]) -> usize {
+    until_none_left(|| groups.iter().map(|group| kill_listed(&|| group.members())).sum())
+}
+
+/// One pass of SIGKILL to the processes `list` names (a cgroup's members),
+/// each through a pidfd opened before the list is read again and signalled
+/// only if still listed. Returns how many were signalled.
+pub(crate) fn kill_listed(list: &dyn Fn() -> Vec<u32>) -> usize {
+    let pidfds: Vec<(u32, OwnedFd)> =
+        list().into_iter().filter_map(|pid| Some((pid, pidfd_open(pid).ok()?))).collect();
+    if pidfds.is_empty() {
+        return 0;
+    }
+    let listed = list();
+    pidfds
+        .iter()
+        .filter(|(pid, _)| listed.contains(pid))
+        .filter(|(_, pidfd)| pidfd_send_signal(pidfd, Signal::KILL).is_ok())
+        .count()
+}
+
 /// A pidfd for `pid`.
 pub(crate) fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.

@@ -79,6 +79,7 @@ pub(crate) fn run_if_watcher() {
 
 fn watch(pipe: File) {
     let mut sessions: HashMap<u32, u64> = HashMap::new();
+    let mut cgroups: Vec<std::path::PathBuf> = Vec::new();
     for line in BufReader::new(pipe).lines() {
         let Ok(line) = line else { break };
         if let Some(rest) = line.strip_prefix('+') {
@@ -90,9 +91,33 @@ fn watch(pipe: File) {
             }
         } else if let Some(pid) = line.strip_prefix('-').and_then(|p| p.parse().ok()) {
             sessions.remove(&pid);
+        } else if let Some(dir) = line.strip_prefix('c') {
+            cgroups.push(dir.into());
         }
     }
     kill_sessions(&sessions);
+    for dir in cgroups {
+        clear_cgroups(&dir);
+    }
+}
+
+/// Kills what is left in the server's cgroup directory `dir` (a tree
+/// whose members left its sessions) and removes it with its start directories.
+fn clear_cgroups(dir: &Path) {
+    let starts: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| entries.flatten().map(|entry| entry.path()).filter(|p| p.is_dir()).collect())
+        .unwrap_or_default();
+    tree::until_none_left(|| {
+        starts.iter().map(|start| tree::kill_listed(&|| crate::limits::members(start))).sum()
+    });
+    // Killed processes leave their cgroup as they die: wait up to a second.
+    for _ in 0..100 {
+        if starts.iter().all(|start| crate::limits::members(start).is_empty()) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    crate::limits::remove_server_dir(dir);
 }
 
 /// SIGKILLs every process of `sessions` (leader pid to leader start time).

@@ -453,6 +453,10 @@ pub struct StartParams {
     /// `CODEX_THREAD_ID` and `CODEX_TOOL_CALL_ID`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<StartMetadata>,
+    /// Memory, process and CPU limits on the process and all its
+    /// descendants together (Part B; see PROTOCOL.md, Limits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<super::ProcessLimits>,
 }
 
 /// `process/start` metadata (Codex 0.163): each at most 256 bytes, without
@@ -533,6 +537,9 @@ pub struct ReadResult {
     /// the last chunk (Part B; absent from older servers: false).
     #[serde(default)]
     pub closed: bool,
+    /// Once exited: the limit that ended it, as in `process/exited` (Part B).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<super::LimitHit>,
 }
 
 /// `process/write` params.
@@ -654,6 +661,10 @@ pub struct ProcessInfo {
     /// How the process is confined.
     #[serde(default)]
     pub sandbox_type: SandboxType,
+    /// The limits its tree runs under, defaults included (Part B; only for a
+    /// process that has some).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<super::ProcessLimits>,
 }
 
 /// `process/output` params.
@@ -687,6 +698,10 @@ pub struct ExitedParams {
     /// Name of the killing signal, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<String>,
+    /// The limit that ended it: the memory limit killed a process of its
+    /// tree (Part B; only for a start that had limits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<super::LimitHit>,
 }
 
 /// `process/closed` params.

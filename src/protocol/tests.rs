@@ -159,6 +159,7 @@ fn typed_encoding_matches_the_wire() {
         seq: 0,
         exit_code: 137,
         signal: Some("SIGKILL".into()),
+        limit: None,
     };
     assert_eq!(
         encode_notification::<ProcessExited>(&exited, 0),

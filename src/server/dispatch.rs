@@ -351,7 +351,7 @@ impl State {
 
         if method == EnvironmentInfo::NAME {
             self.today = true;
-            return Some(reply::<EnvironmentInfo>(&id, Ok(crate::dialect::environment_info())));
+            return Some(reply::<EnvironmentInfo>(&id, Ok(self.environment_info())));
         }
         if method == EnvironmentStatus::NAME {
             self.today = true;
@@ -609,8 +609,16 @@ impl State {
                 features: FEATURES.iter().map(|f| (*f).to_owned()).collect(),
             }),
             session_id: Some(self.session_id.to_string()),
-            environment_info: Some(crate::dialect::environment_info()),
+            environment_info: Some(self.environment_info()),
         }
+    }
+
+    /// `environment/info`: today's dialect's answer, and which limits this
+    /// server enforces (Part B).
+    fn environment_info(&self) -> serde_json::Value {
+        let mut info = crate::dialect::environment_info();
+        info["limits"] = crate::limits::support(self.table.default_limits());
+        info
     }
 }
 

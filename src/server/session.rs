@@ -41,6 +41,7 @@ impl Session {
                 network: config.sandbox_network,
                 helper: config.sandbox_helper.as_deref().map(Arc::from),
             },
+            tree: config.limits,
         };
         let registration = sessions.map(|sessions| sessions.register());
         let (id, registry) = match &registration {

@@ -55,7 +55,7 @@ async fn process_methods_through_handles() {
     }
     seen.sort();
     assert_eq!(seen.len(), 2);
-    assert_eq!(echo.wait().await.unwrap(), ExitStatus { code: 5, signal: None });
+    assert_eq!(echo.wait().await.unwrap(), ExitStatus { code: 5, signal: None, limit: None });
     let read = echo.read(0).await.unwrap();
     assert_eq!(read.chunks.len(), 2);
     assert!(read.exited);
@@ -65,7 +65,7 @@ async fn process_methods_through_handles() {
     cat.close_stdin().await.unwrap();
     assert_eq!(
         within("cat", cat.output_to_end()).await.unwrap(),
-        (b"abc".to_vec(), ExitStatus { code: 0, signal: None })
+        (b"abc".to_vec(), ExitStatus { code: 0, signal: None, limit: None })
     );
 
     let mut tty = client
@@ -81,7 +81,7 @@ async fn process_methods_through_handles() {
     assert!(sleeper.signal("SIGUSR1").await.unwrap());
     assert_eq!(
         within("sleep", sleeper.wait()).await.unwrap(),
-        ExitStatus { code: 138, signal: Some("SIGUSR1".into()) }
+        ExitStatus { code: 138, signal: Some("SIGUSR1".into()), limit: None }
     );
     assert!(!sleeper.terminate(None).await.unwrap());
 
@@ -193,7 +193,7 @@ async fn the_event_stream_sees_every_notification() {
             Event::Exited {
                 process_id: "e".into(),
                 seq: 1,
-                status: ExitStatus { code: 0, signal: None }
+                status: ExitStatus { code: 0, signal: None, limit: None }
             },
             Event::Closed { process_id: "e".into(), seq: 1 },
         ]
@@ -433,7 +433,7 @@ async fn fake_part_a_server_without_seqs_or_closed() {
         chunks.push((chunk.seq, String::from_utf8(chunk.bytes).unwrap()));
     }
     assert_eq!(chunks, vec![(1, "one".to_owned()), (2, "two".to_owned())]);
-    assert_eq!(process.wait().await.unwrap(), ExitStatus { code: 3, signal: None });
+    assert_eq!(process.wait().await.unwrap(), ExitStatus { code: 3, signal: None, limit: None });
 }
 
 #[tokio::test]

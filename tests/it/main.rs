@@ -17,6 +17,7 @@ mod held;
 mod http;
 mod large;
 mod launcher;
+mod limits;
 mod listener;
 mod mcp;
 mod netns;

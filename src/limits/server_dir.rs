@@ -1,0 +1,200 @@
+//! The server's own directory in each hierarchy, `exec-server-PID` beside
+//! (v1) or below (v2) its cgroup, made at the first limited start. Its
+//! children are the starts' cgroups. Made once per hierarchy; when it is
+//! made, what a dead server left there is removed (what is empty of it: the
+//! watcher of a server that died killed its trees). A v2 directory needs the
+//! controllers delegated: the server's processes move to a leaf
+//! (`exec-server-PID/server`, since a v2 cgroup with processes cannot hand
+//! controllers to its children) and the controllers are enabled on the way.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use super::group::write;
+use super::hierarchy::{Controller, Version};
+
+/// Made directories, by the server's cgroup they are in.
+static MADE: Mutex<Option<HashMap<PathBuf, PathBuf>>> = Mutex::new(None);
+
+/// The prefix of a server's directory; the pid follows.
+const PREFIX: &str = "exec-server-";
+
+/// The server's directory under `home`, made (and delegated) if it is not yet.
+pub(crate) fn ensure(
+    home: &Path,
+    version: Version,
+    controllers: &[Controller],
+) -> Result<PathBuf, String> {
+    let mut made = MADE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let made = made.get_or_insert_with(HashMap::new);
+    let dir = home.join(format!("{PREFIX}{}", std::process::id()));
+    match version {
+        Version::V1 => {
+            if made.contains_key(home) {
+                return Ok(dir);
+            }
+            remove_stale(home);
+            make(&dir)?;
+        }
+        Version::V2 => {
+            // Every call: a later start may need a controller not enabled yet.
+            if !made.contains_key(home) {
+                remove_stale(home);
+            }
+            delegate(home, &dir, controllers, std::process::id())?;
+        }
+    }
+    made.insert(home.to_path_buf(), dir.clone());
+    Ok(dir)
+}
+
+/// Every server directory made so far (for the watcher).
+pub(crate) fn all() -> Vec<PathBuf> {
+    let made = MADE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    made.as_ref().map(|made| made.values().cloned().collect()).unwrap_or_default()
+}
+
+fn make(dir: &Path) -> Result<(), String> {
+    match fs::create_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(error) => Err(format!("cannot create {}: {error}", dir.display())),
+    }
+}
+
+/// v2: makes `dir`, moves the server's processes (`me` and its children)
+/// out of `home` into `dir/server` unless `home` is the root, and enables
+/// `controllers` in `home` and `dir` for their children.
+pub(crate) fn delegate(
+    home: &Path,
+    dir: &Path,
+    controllers: &[Controller],
+    me: u32,
+) -> Result<(), String> {
+    make(dir)?;
+    // Only the root cgroup has no `cgroup.type`, and only it may hold
+    // processes while its children have controllers.
+    if home.join("cgroup.type").exists() {
+        let leaf = dir.join("server");
+        make(&leaf)?;
+        let members = super::members(home);
+        // Checked before anything moves: all of them are ours, or none moves.
+        if let Some(pid) = members.iter().find(|&&pid| pid != me && parent_of(pid) != Some(me)) {
+            return Err(format!(
+                "the server's cgroup {} holds a process that is not the server's (pid {pid}); start the server in a delegated cgroup of its own, e.g. `systemd-run --user --scope -p Delegate=yes exec-server`",
+                home.display()
+            ));
+        }
+        for pid in members {
+            write(&leaf.join("cgroup.procs"), &pid.to_string())
+                .map_err(|error| format!("cannot move pid {pid} to {}: {error}", leaf.display()))?;
+        }
+    }
+    let enable: String = controllers.iter().map(|c| format!("+{} ", c.name())).collect();
+    for at in [home, dir] {
+        let file = at.join("cgroup.subtree_control");
+        write(&file, enable.trim_end()).map_err(|error| {
+            format!("cannot enable {} in {}: {error}", enable.trim_end(), file.display())
+        })?;
+    }
+    Ok(())
+}
+
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Removes what servers that are gone left under `home`: their start
+/// directories that are empty, then their own directory.
+fn remove_stale(home: &Path) {
+    let Ok(entries) = fs::read_dir(home) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) =
+            name.to_str().and_then(|n| n.strip_prefix(PREFIX)).and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            remove_all(&entry.path());
+        }
+    }
+}
+
+/// Removes a server directory: each start directory (which must be empty),
+/// then the directory itself. What cannot be removed is left and logged.
+pub(crate) fn remove_all(dir: &Path) {
+    if let Ok(children) = fs::read_dir(dir) {
+        for child in children.flatten().filter(|c| c.file_type().is_ok_and(|t| t.is_dir())) {
+            if let Err(error) = fs::remove_dir(child.path()) {
+                tracing::warn!(%error, cgroup = %child.path().display(), "cannot remove a cgroup");
+            }
+        }
+    }
+    if let Err(error) = fs::remove_dir(dir) {
+        tracing::warn!(%error, cgroup = %dir.display(), "cannot remove a cgroup");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("exec-server-cgv2-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// A delegated v2 scope, as plain files: the server (and its child, the
+    /// watcher) move to the leaf and the controllers are enabled on the way.
+    #[test]
+    fn a_v2_scope_is_delegated_through_its_interface_files() {
+        let home = temp("scope");
+        fs::write(home.join("cgroup.type"), "domain\n").unwrap();
+        fs::write(home.join("cgroup.procs"), format!("{}\n", std::process::id())).unwrap();
+        let dir = home.join("exec-server-7");
+        // What the kernel makes with each directory, made by hand here.
+        fs::create_dir_all(dir.join("server")).unwrap();
+        for file in [
+            "cgroup.subtree_control",
+            "exec-server-7/cgroup.subtree_control",
+            "exec-server-7/server/cgroup.procs",
+        ] {
+            fs::write(home.join(file), "").unwrap();
+        }
+        delegate(&home, &dir, &[Controller::Memory, Controller::Pids], std::process::id()).unwrap();
+        assert_eq!(
+            fs::read_to_string(home.join("cgroup.subtree_control")).unwrap(),
+            "+memory +pids"
+        );
+        assert_eq!(
+            fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap(),
+            "+memory +pids"
+        );
+        assert_eq!(
+            fs::read_to_string(dir.join("server/cgroup.procs")).unwrap(),
+            std::process::id().to_string()
+        );
+        fs::remove_dir_all(&home).unwrap();
+    }
+
+    #[test]
+    fn a_v2_scope_shared_with_others_is_refused_by_name() {
+        let home = temp("shared");
+        fs::write(home.join("cgroup.type"), "domain\n").unwrap();
+        fs::write(home.join("cgroup.procs"), "1\n").unwrap();
+        let error =
+            delegate(&home, &home.join("exec-server-7"), &[Controller::Cpu], std::process::id())
+                .unwrap_err();
+        assert!(error.contains("holds a process that is not the server's (pid 1)"), "{error}");
+        assert!(!home.join("cgroup.subtree_control").exists());
+        fs::remove_dir_all(&home).unwrap();
+    }
+}
