@@ -233,11 +233,19 @@ async fn direct_spawns_in_turn() {
     }
 }
 
-async fn server_spawns_in_turn(client: &Client, prefix: &str, sandbox: Option<&Sandbox>) {
+async fn server_spawns_in_turn(
+    client: &Client,
+    prefix: &str,
+    sandbox: Option<&Sandbox>,
+    limits: Option<ProcessLimits>,
+) {
     for i in 0..SPAWNS {
         let mut params = StartParams::new(format!("{prefix}-{i}"), ["true"], "/");
         if let Some(sandbox) = sandbox {
             params = params.sandbox(sandbox.clone());
+        }
+        if let Some(limits) = limits {
+            params = params.limits(limits);
         }
         let mut process = client.start(params).await.unwrap();
         assert_eq!(process.wait().await.unwrap().code, 0);
@@ -439,7 +447,7 @@ async fn bench() {
             n += 1;
             let prefix = format!("turn-{n}");
             let client = client.clone();
-            async move { server_spawns_in_turn(&client, &prefix, None).await }
+            async move { server_spawns_in_turn(&client, &prefix, None, None).await }
         })
         .await;
         rows.push(Row {
@@ -450,6 +458,29 @@ async fn bench() {
             unit: "us",
             higher_is_better: false,
         });
+        // Memory, process and CPU limits: a cgroup per start (as root; an
+        // older build or a server that cannot enforce them leaves the row out).
+        let limits = ProcessLimits::new(Some(256 << 20), Some(64), Some(100));
+        let probe = StartParams::new("limits-probe", ["true"], "/").limits(limits);
+        if client.start(probe).await.is_ok() {
+            let limited = median(|| {
+                n += 1;
+                let prefix = format!("limited-{n}");
+                let client = client.clone();
+                async move { server_spawns_in_turn(&client, &prefix, None, Some(limits)).await }
+            })
+            .await;
+            rows.push(Row {
+                what: "start of true with memory, process and CPU limits -> exited (us each)",
+                server: micros(limited, SPAWNS),
+                baseline: micros(served, SPAWNS),
+                baseline_what: "unlimited, same server",
+                unit: "us",
+                higher_is_better: false,
+            });
+        } else {
+            println!("(this server cannot enforce limits here: the limited row is left out)");
+        }
         let scratch =
             std::env::temp_dir().join(format!("exec-server-bench-{}", std::process::id()));
         std::fs::create_dir_all(&scratch).unwrap();
@@ -462,7 +493,7 @@ async fn bench() {
                 let prefix = format!("sandboxed-{n}");
                 let client = client.clone();
                 let sandbox = sandbox.clone();
-                async move { server_spawns_in_turn(&client, &prefix, Some(&sandbox)).await }
+                async move { server_spawns_in_turn(&client, &prefix, Some(&sandbox), None).await }
             })
             .await;
             rows.push(Row {
@@ -497,7 +528,7 @@ async fn bench() {
                     let prefix = format!("listed-{n}");
                     let client = client.clone();
                     let listed = listed.clone();
-                    async move { server_spawns_in_turn(&client, &prefix, Some(&listed)).await }
+                    async move { server_spawns_in_turn(&client, &prefix, Some(&listed), None).await }
                 })
                 .await;
                 rows.push(Row {

@@ -47,10 +47,18 @@ pub(crate) fn hierarchy_of(controller: Controller) -> Result<Hierarchy, String> 
     detected()[index].clone()
 }
 
-/// The processes listed in a cgroup directory's `cgroup.procs`.
+/// The processes listed in a cgroup directory's `cgroup.procs`, but this
+/// one: a spawning thread of the server is listed while it is inside (v1),
+/// and the server is never a member to kill or wait for.
 pub(crate) fn members(dir: &Path) -> Vec<u32> {
+    let me = std::process::id();
     std::fs::read_to_string(dir.join("cgroup.procs"))
-        .map(|text| text.lines().filter_map(|line| line.trim().parse().ok()).collect())
+        .map(|text| {
+            text.lines()
+                .filter_map(|line| line.trim().parse().ok())
+                .filter(|&pid| pid != me)
+                .collect()
+        })
         .unwrap_or_default()
 }
 

@@ -10,7 +10,7 @@ use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use super::hierarchy::{Controller, Hierarchy, Version};
@@ -51,11 +51,12 @@ pub(crate) struct Group {
     limits: ProcessLimits,
     /// `pids.max` once the spawn is done: the tree's processes plus the server's helpers.
     pids_max: Option<u64>,
+    /// The memory controller's OOM-kill count when the cgroup was taken (a
+    /// spare may have served an earlier start).
+    oom_base: u64,
     released: AtomicBool,
 }
 
-/// Numbers start directories across the whole server.
-static NEXT: AtomicU64 = AtomicU64::new(1);
 /// Serialises the moves of spawning threads: the one `tasks` write each way.
 static MOVES: Mutex<()> = Mutex::new(());
 
@@ -83,18 +84,28 @@ impl Group {
                 }),
             }
         }
-        let serial = NEXT.fetch_add(1, Ordering::Relaxed);
         let pids_max = limits.processes.map(|n| n.saturating_add(helpers));
-        let mut group =
-            Group { parts: Vec::new(), limits, pids_max, released: AtomicBool::new(false) };
+        let mut group = Group {
+            parts: Vec::new(),
+            limits,
+            pids_max,
+            oom_base: 0,
+            released: AtomicBool::new(false),
+        };
         for mut part in parts {
             let first = part.controllers[0];
             let server = server_dir::ensure(&part.home, part.version, &part.controllers)
                 .map_err(|reason| Refusal::new(first, reason))?;
-            part.dir = server.join(serial.to_string());
-            fs::create_dir(&part.dir).map_err(|error| {
-                Refusal::new(first, format!("cannot create {}: {error}", part.dir.display()))
-            })?;
+            part.dir = match janitor::take_spare(&server) {
+                Some(spare) => spare,
+                None => {
+                    let dir = janitor::fresh_name(&server);
+                    fs::create_dir(&dir).map_err(|error| {
+                        Refusal::new(first, format!("cannot create {}: {error}", dir.display()))
+                    })?;
+                    dir
+                }
+            };
             group.parts.push(part);
             let part = group
                 .parts
@@ -106,6 +117,7 @@ impl Group {
                 }
             }
         }
+        group.oom_base = group.oom_count();
         Ok(group)
     }
 
@@ -130,15 +142,20 @@ impl Group {
                 let bytes = self.limits.memory_bytes.unwrap_or(u64::MAX);
                 write("memory.limit_in_bytes", bytes.to_string())?;
                 // With swap accounting, memory and swap together get the same bound.
-                if dir.join("memory.memsw.limit_in_bytes").exists() {
-                    write("memory.memsw.limit_in_bytes", bytes.to_string())?;
+                match super::group::write(
+                    &dir.join("memory.memsw.limit_in_bytes"),
+                    &bytes.to_string(),
+                ) {
+                    Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                    other => other.map_err(|e| refuse("memory.memsw.limit_in_bytes", e))?,
                 }
             }
             (Controller::Memory, Version::V2) => {
                 let bytes = self.limits.memory_bytes.unwrap_or(u64::MAX);
                 write("memory.max", bytes.to_string())?;
-                if dir.join("memory.swap.max").exists() {
-                    write("memory.swap.max", "0".to_owned())?;
+                match super::group::write(&dir.join("memory.swap.max"), "0") {
+                    Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                    other => other.map_err(|e| refuse("memory.swap.max", e))?,
                 }
             }
             (Controller::Pids, version) => {
@@ -191,7 +208,7 @@ impl Group {
         let outcome = entered.and_then(|()| spawn(&program, &argv));
         let mut back = Ok(());
         for part in moved {
-            if let Err(error) = write(&part.home.join("tasks"), &tid) {
+            if let Err(error) = return_home(&part.home, &tid) {
                 tracing::error!(%error, cgroup = %part.home.display(), "a spawning thread cannot return to the server's cgroup");
                 back = Err(error);
             }
@@ -210,6 +227,11 @@ impl Group {
 
     /// How many processes of the tree the memory limit killed so far.
     pub(crate) fn oom_kills(&self) -> u64 {
+        self.oom_count().saturating_sub(self.oom_base)
+    }
+
+    /// The memory controller's OOM-kill count.
+    fn oom_count(&self) -> u64 {
         let Some(part) = self.parts.iter().find(|p| p.controllers.contains(&Controller::Memory))
         else {
             return 0;
@@ -231,11 +253,11 @@ impl Group {
         self.parts.first().map(|part| super::members(&part.dir)).unwrap_or_default()
     }
 
-    /// Hands the directories to the janitor, which removes them once empty
-    /// (at once when the tree is gone); later calls do nothing.
+    /// Hands the directories to the janitor, which keeps them as spares or
+    /// removes them once they are empty; later calls do nothing.
     pub(crate) fn release(&self) {
         if !self.released.swap(true, Ordering::AcqRel) {
-            janitor::remove(self.parts.iter().map(|part| part.dir.clone()).collect());
+            janitor::release(self.parts.iter().map(|part| part.dir.clone()).collect());
         }
     }
 }
@@ -244,6 +266,21 @@ impl Drop for Group {
     fn drop(&mut self) {
         self.release();
     }
+}
+
+/// The server's own `tasks` files, kept open: every spawn writes to them.
+static HOMES: Mutex<Vec<(PathBuf, fs::File)>> = Mutex::new(Vec::new());
+
+/// Moves thread `tid` back to the server's cgroup `home`.
+fn return_home(home: &Path, tid: &str) -> io::Result<()> {
+    use std::io::Write;
+    let mut homes = HOMES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !homes.iter().any(|(dir, _)| dir == home) {
+        let file = fs::OpenOptions::new().write(true).open(home.join("tasks"))?;
+        homes.push((home.to_path_buf(), file));
+    }
+    let file = homes.iter_mut().find(|(dir, _)| dir == home).map(|(_, file)| file);
+    file.ok_or_else(|| io::Error::other("no tasks file"))?.write_all(tid.as_bytes())
 }
 
 /// Writes `value` to a cgroup file in one `write`.

@@ -1,30 +1,56 @@
-//! The janitor: one thread per server process that removes start cgroups
-//! once they are empty. A cgroup is handed over when its leader exits (or
-//! its start is dropped); `rmdir` fails while a member lives, so it is tried
-//! again, every 100 ms for the first second and every second after, until
-//! the tree is gone (its session's end kills what is left). The thread
-//! sleeps on its channel while nothing waits.
+//! The janitor: one thread per server process that keeps start cgroups off
+//! the spawn's path. A start's cgroup is handed back when its leader exits
+//! (or its start is dropped); once it is empty it becomes a spare for the
+//! next start in its server directory (at most two are kept; a fresh cgroup
+//! costs the kernel more to enter than a used one) or is removed. While a
+//! member lives it is looked at again, every 100 ms for the first second and
+//! every second after, until the tree is gone (its session's end kills what
+//! is left). A spare unused for two seconds is removed, so an idle server
+//! keeps no cgroup. The thread sleeps on its channel while nothing waits.
 
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+/// Spare start directories kept per server directory.
+const SPARES: usize = 2;
+/// How long a spare waits for a start before it is removed.
+const SPARE_IDLE: Duration = Duration::from_secs(2);
+
+/// Numbers start directories across the whole server.
+static NEXT: AtomicU64 = AtomicU64::new(1);
+/// Spares (and since when), by the server directory they are in.
+static READY: Mutex<Option<Spares>> = Mutex::new(None);
+
+/// Spare directories and when each became one, by server directory.
+type Spares = HashMap<PathBuf, Vec<(PathBuf, Instant)>>;
 static JANITOR: OnceLock<Mutex<Sender<Vec<PathBuf>>>> = OnceLock::new();
 
-/// Removes `dirs` once each is empty (at once if it is).
-pub(crate) fn remove(dirs: Vec<PathBuf>) {
-    let mut waiting: Vec<Waiting> = Vec::new();
-    try_now(dirs, &mut waiting);
-    if waiting.is_empty() {
-        return;
-    }
-    let dirs = waiting.into_iter().map(|w| w.dir).collect();
+/// A new start directory's path in `server` (not made).
+pub(crate) fn fresh_name(server: &Path) -> PathBuf {
+    server.join(NEXT.fetch_add(1, Ordering::Relaxed).to_string())
+}
+
+/// A spare directory of `server`, if one is ready.
+pub(crate) fn take_spare(server: &Path) -> Option<PathBuf> {
+    let mut ready = ready();
+    ready.get_or_insert_with(HashMap::new).get_mut(server).and_then(Vec::pop).map(|(dir, _)| dir)
+}
+
+/// Hands back the start directories `dirs`: spares or removed, once empty.
+pub(crate) fn release(dirs: Vec<PathBuf>) {
     let sender = JANITOR.get_or_init(|| Mutex::new(start()));
     let sender = sender.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if sender.send(dirs).is_err() {
-        tracing::warn!("the cgroup janitor is gone; a cgroup is left");
+        tracing::warn!("the cgroup janitor is gone; empty cgroups are left");
     }
+}
+
+fn ready() -> std::sync::MutexGuard<'static, Option<Spares>> {
+    READY.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 struct Waiting {
@@ -32,48 +58,86 @@ struct Waiting {
     since: Instant,
 }
 
-/// Tries each dir once; the ones still in use are pushed on `waiting`.
-fn try_now(dirs: Vec<PathBuf>, waiting: &mut Vec<Waiting>) {
-    let now = Instant::now();
-    for dir in dirs {
-        match std::fs::remove_dir(&dir) {
-            Ok(()) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) if error.raw_os_error() == Some(libc::EBUSY) => {
-                waiting.push(Waiting { dir, since: now });
-            }
-            Err(error) => tracing::warn!(%error, cgroup = %dir.display(), "cannot remove a cgroup"),
+/// Looks at each dir once: an empty one becomes a spare or is removed; the
+/// ones still in use are pushed on `waiting`.
+fn settle(dirs: Vec<(PathBuf, Instant)>, waiting: &mut Vec<Waiting>) {
+    for (dir, since) in dirs {
+        if !super::members(&dir).is_empty() {
+            waiting.push(Waiting { dir, since });
+            continue;
         }
+        if let Some(server) = dir.parent() {
+            let mut ready = ready();
+            let spares =
+                ready.get_or_insert_with(HashMap::new).entry(server.to_path_buf()).or_default();
+            if spares.len() < SPARES {
+                // Its high-water mark starts again (v1; v2 has none). The page
+                // cache the last tree left charged stays: reclaimed before any
+                // OOM kill, and what makes a used cgroup cheaper to start in.
+                let _ = super::group::write(&dir.join("memory.max_usage_in_bytes"), "0");
+                tracing::trace!(cgroup = %dir.display(), "a spare cgroup");
+                spares.push((dir, Instant::now()));
+                continue;
+            }
+        }
+        remove(dir, since, waiting);
     }
+}
+
+fn remove(dir: PathBuf, since: Instant, waiting: &mut Vec<Waiting>) {
+    match std::fs::remove_dir(&dir) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) if error.raw_os_error() == Some(libc::EBUSY) => {
+            waiting.push(Waiting { dir, since })
+        }
+        Err(error) => tracing::warn!(%error, cgroup = %dir.display(), "cannot remove a cgroup"),
+    }
+}
+
+/// Removes the spares idle for [`SPARE_IDLE`]; whether any spare is left.
+fn expire_spares() -> bool {
+    let mut ready = ready();
+    let Some(ready) = ready.as_mut() else { return false };
+    for spares in ready.values_mut() {
+        spares.retain(|(dir, since)| {
+            let keep = since.elapsed() < SPARE_IDLE || std::fs::remove_dir(dir).is_err();
+            if !keep {
+                tracing::trace!(cgroup = %dir.display(), "removed an idle spare cgroup");
+            }
+            keep
+        });
+    }
+    ready.retain(|_, spares| !spares.is_empty());
+    !ready.is_empty()
 }
 
 fn start() -> Sender<Vec<PathBuf>> {
     let (sender, receiver) = mpsc::channel::<Vec<PathBuf>>();
     let spawned = std::thread::Builder::new().name("exec-server-cgroups".into()).spawn(move || {
         let mut waiting: Vec<Waiting> = Vec::new();
+        let mut spares = false;
         loop {
-            let next = if waiting.is_empty() {
+            let next = if waiting.is_empty() && !spares {
                 receiver.recv().map_err(|_| RecvTimeoutError::Disconnected)
             } else {
                 let young = waiting.iter().any(|w| w.since.elapsed() < Duration::from_secs(1));
-                let pause = if young { Duration::from_millis(100) } else { Duration::from_secs(1) };
+                let pause =
+                    if young { Duration::from_millis(100) } else { Duration::from_millis(500) };
                 receiver.recv_timeout(pause)
             };
             match next {
-                Ok(dirs) => try_now(dirs, &mut waiting),
+                Ok(dirs) => {
+                    let now = Instant::now();
+                    settle(dirs.into_iter().map(|dir| (dir, now)).collect(), &mut waiting);
+                }
                 Err(RecvTimeoutError::Timeout) => {
-                    let retry: Vec<Waiting> = std::mem::take(&mut waiting);
-                    for old in retry {
-                        let since = old.since;
-                        let before = waiting.len();
-                        try_now(vec![old.dir], &mut waiting);
-                        if let Some(again) = waiting.get_mut(before) {
-                            again.since = since;
-                        }
-                    }
+                    let retry = std::mem::take(&mut waiting);
+                    settle(retry.into_iter().map(|w| (w.dir, w.since)).collect(), &mut waiting);
                 }
                 Err(RecvTimeoutError::Disconnected) => return,
             }
+            spares = expire_spares();
         }
     });
     if let Err(error) = spawned {

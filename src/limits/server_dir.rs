@@ -88,7 +88,8 @@ pub(crate) fn delegate(
                 home.display()
             ));
         }
-        for pid in members {
+        // The server itself (which `members` leaves out) first.
+        for pid in std::iter::once(me).chain(members) {
             write(&leaf.join("cgroup.procs"), &pid.to_string())
                 .map_err(|error| format!("cannot move pid {pid} to {}: {error}", leaf.display()))?;
         }

@@ -124,6 +124,23 @@ async fn a_memory_limit_ends_the_tree_before_it_grows_past_it() {
     // Still serving.
     server.result("process/start", start_params("after", &["true"], json!({}))).await;
     assert_eq!(server.notification("process/exited", "after").await["exitCode"], 0);
+    // The emptied cgroup is kept as a spare (its high-water mark reset); the
+    // next limited start takes it, and the kill it saw is not this one's.
+    let server_pid = server.child.id().unwrap();
+    let dirs = start_dirs(server_pid, "memory");
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    // The killed tree's mark was near 64 MiB; a spare's starts again from
+    // what is left charged (the page cache the tree read).
+    let mark = || read_u64(&dirs[0].join("memory.max_usage_in_bytes"));
+    until("the cgroup to become a spare", || mark() < 32 * MIB).await;
+    server
+        .result("process/start", limited("next", &["true"], json!({"memoryBytes": 64 * MIB})))
+        .await;
+    assert_eq!(start_dirs(server_pid, "memory"), dirs);
+    assert_eq!(
+        server.notification("process/exited", "next").await,
+        json!({"processId": "next", "seq": 0, "exitCode": 0})
+    );
 }
 
 #[tokio::test]

@@ -276,8 +276,13 @@ struct Mcp {
 
 impl Mcp {
     async fn start(cwd: &Path, roots: bool) -> Mcp {
+        Mcp::start_with(cwd, roots, &[]).await
+    }
+
+    /// The binary with `args`, in `cwd`, after the MCP handshake.
+    async fn start_with(cwd: &Path, roots: bool, args: &[&str]) -> Mcp {
         let mut command = tokio::process::Command::new(BIN);
-        command.current_dir(cwd).stderr(std::process::Stdio::null());
+        command.args(args).current_dir(cwd).stderr(std::process::Stdio::null());
         let mut server = Binary::from_command(command);
         let capabilities = if roots { json!({"roots": {"listChanged": true}}) } else { json!({}) };
         let init = json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "hand", "version": "1"}}});
@@ -453,4 +458,32 @@ async fn long_output_keeps_its_whole_head_and_its_tail() {
     assert!(structured.starts_with("100001\n100002\n"), "{structured}");
     assert!(structured.ends_with("\n1500000\n"), "{structured}");
     assert_eq!(polled["result"]["structuredContent"]["exit_code"], 0);
+}
+
+#[tokio::test]
+async fn a_command_over_the_servers_memory_limit_is_killed_and_says_so() {
+    if !crate::support::root_or_skip("cgroup limits") {
+        return;
+    }
+    let dir = scratch("mcp-limits");
+    let mut mcp = Mcp::start_with(&dir, false, &["--limit-memory", "64M"]).await;
+    let cmd = "python3 -c 'x = bytearray(256 << 20)'; echo not-reached";
+    mcp.call(1, "exec_command", json!({"cmd": "python3 -c 'x = bytearray(256 << 20)'", "login": false, "yield_time_ms": 30000})).await;
+    let answer = mcp.next().await;
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    let status = text.lines().nth(2).unwrap();
+    assert_eq!(status, "Process killed: memory limit 64 MiB", "{text}");
+    // A command within the limit answers as always.
+    mcp.call(
+        2,
+        "exec_command",
+        json!({"cmd": cmd.replace("256", "8"), "login": false, "yield_time_ms": 30000}),
+    )
+    .await;
+    let answer = mcp.next().await;
+    assert_eq!(answer["result"]["structuredContent"]["output"], "not-reached\n");
+    assert_eq!(
+        answer["result"]["content"][0]["text"].as_str().unwrap().lines().nth(2),
+        Some("Process exited with code 0")
+    );
 }
