@@ -399,7 +399,7 @@ pub enum SandboxType {
     /// Not confined.
     #[default]
     None,
-    /// Namespaces (user, mount, PID, IPC), a read-only mount view, Landlock and seccomp (see README, "Sandbox").
+    /// Namespaces (user, mount, PID, IPC), a read-only mount view, Landlock and seccomp (see docs/sandbox.md).
     LinuxLandlock,
     /// The same sandbox, as today's dialect names a Linux sandbox.
     LinuxSeccomp,
