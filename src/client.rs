@@ -22,9 +22,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 pub use self::events::{Event, EventStream};
+pub use self::events::{ExitStatus, OutputChunk};
 pub use self::forward::Forward;
 pub use self::ports::PortWatch;
-pub use self::process::{ExitStatus, OutputChunk, Process};
+pub use self::process::Process;
 pub(crate) use self::resume::{Connector, Transport};
 use self::routing::{Route, Shared};
 pub use self::tunnel::Tunnel;

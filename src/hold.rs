@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::process::Account;
+use crate::account::Account;
 
 /// Held bytes: one permit per budget, in the order they were taken.
 pub(crate) struct Held {

@@ -30,7 +30,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 
 use self::task::{Event, Spec};
-use crate::process::Account;
+use crate::account::Account;
 use crate::protocol::*;
 use crate::transport::Line;
 

@@ -48,11 +48,15 @@ mod transport;
 
 // The server half (feature `server`, Linux only).
 #[cfg(feature = "server")]
+mod account;
+#[cfg(feature = "server")]
 mod addresses;
 #[cfg(feature = "server")]
 mod bridge;
 #[cfg(feature = "server")]
 mod cli;
+#[cfg(feature = "server")]
+mod fd;
 #[cfg(feature = "server")]
 mod fs;
 #[cfg(feature = "server")]

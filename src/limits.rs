@@ -9,6 +9,7 @@
 //! (removes empty cgroups). The process table uses [`Group`] and knows
 //! nothing of hierarchies; nothing here knows the process table.
 
+mod file;
 mod group;
 mod hierarchy;
 mod janitor;
@@ -120,7 +121,7 @@ pub(crate) fn support(defaults: &ProcessLimits) -> Value {
 }
 
 fn writable(hierarchy: &Hierarchy) -> Result<(), String> {
-    let path = group::c_path(&hierarchy.dir).map_err(|e| e.to_string())?;
+    let path = file::c_path(&hierarchy.dir).map_err(|e| e.to_string())?;
     // SAFETY: a NUL-terminated path; access only reads it.
     if unsafe { libc::access(path.as_ptr(), libc::W_OK | libc::X_OK) } == 0 {
         Ok(())

@@ -172,7 +172,7 @@ where
     let roots = Arc::new(Roots::new(&options.config.roots)?);
     let budget = MessageBudget::new(MESSAGE_BUDGET, options.config.max_message_bytes);
     // Every connection's retained output counts against one server-wide account.
-    let retained = Arc::new(crate::process::Account::default());
+    let retained = Arc::new(crate::account::Account::default());
     let sessions = Arc::new(Sessions::new(options.session_ttl, options.max_detached_sessions));
     let options = Arc::new(options);
     let (stop, stopped) = watch::channel(false);
@@ -395,7 +395,7 @@ struct Shared {
     options: Arc<ListenOptions>,
     roots: Arc<Roots>,
     budget: MessageBudget,
-    retained: Arc<crate::process::Account>,
+    retained: Arc<crate::account::Account>,
     sessions: Arc<Sessions>,
     stopped: watch::Receiver<bool>,
     done: mpsc::Sender<()>,

@@ -50,9 +50,9 @@ use crate::protocol::{
 use crate::sandbox;
 use crate::transport::Line;
 
+pub(crate) use self::output::OutputLog;
 pub(crate) use self::output::RETAINED_BYTES;
-pub(crate) use self::output::{Account, Charge, OutputLog};
-pub(crate) use self::spawn::pipe;
+use crate::account::{Account, Charge, STRING_OVERHEAD};
 /// Default budget of one connection's retained output (charged bytes).
 pub(crate) const CONNECTION_RETAINED: usize = 64 * 1024 * 1024;
 
@@ -112,7 +112,7 @@ pub(crate) struct Limits {
     /// Retained output of the whole server (charged bytes).
     pub(crate) server_retained: usize,
     /// The whole server's account of retained output.
-    pub(crate) server_account: Arc<output::Account>,
+    pub(crate) server_account: Arc<Account>,
     pub(crate) reservation: Duration,
     /// How processes are confined.
     pub(crate) sandbox: sandbox::Settings,
@@ -177,7 +177,7 @@ pub(crate) struct ProcessTable {
     released: Option<Instant>,
     limits: Limits,
     /// What the processes' retained output costs.
-    account: Arc<output::Account>,
+    account: Arc<Account>,
     /// Serials of exited processes, oldest exit first: whose output goes first
     /// when a retention budget is exceeded.
     exited: VecDeque<u64>,
@@ -200,7 +200,7 @@ pub(crate) const SERVER_COMMANDS: usize = 128 * 1024 * 1024;
 
 /// What storing `strings` costs: their bytes and a record each.
 fn stored_cost<'a>(strings: impl Iterator<Item = &'a String>) -> usize {
-    strings.map(|s| s.len() + output::STRING_OVERHEAD).sum()
+    strings.map(|s| s.len() + STRING_OVERHEAD).sum()
 }
 
 /// Sessions of forgotten processes a table keeps sweeping at its end.
@@ -209,7 +209,7 @@ const MAX_LINGERING: usize = 4096;
 impl ProcessTable {
     /// A table whose processes report on `events`.
     pub(crate) fn new(events: mpsc::Sender<ProcEvent>, limits: Limits) -> ProcessTable {
-        let account = Arc::new(output::Account::child_of(limits.server_account.clone()));
+        let account = Arc::new(Account::child_of(limits.server_account.clone()));
         ProcessTable {
             entries: HashMap::new(),
             ids: HashMap::new(),

@@ -22,6 +22,7 @@ mod policy;
 mod report;
 mod roots;
 mod seccomp;
+mod spec;
 mod sys;
 mod trampoline;
 mod view;
@@ -83,7 +84,7 @@ pub(crate) fn prepare(
         ),
         false => None,
     };
-    let spec = trampoline::Spec {
+    let spec = spec::Spec {
         policy: policy.clone(),
         program: program.to_path_buf(),
         cwd: cwd.to_path_buf(),
@@ -147,7 +148,7 @@ fn life_pipe() -> io::Result<RawFd> {
 /// A pipe (read end, write end), close-on-exec, both above 2 and away from 3
 /// and 4, so the spawn's dup2s onto 3 and 4 never clobber one another.
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let (read, write) = crate::process::pipe()?;
+    let (read, write) = crate::fd::pipe()?;
     Ok((above_four(read)?, above_four(write)?))
 }
 

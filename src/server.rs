@@ -14,6 +14,7 @@ mod fs_calls;
 mod link;
 mod outbox;
 mod park;
+mod reply;
 mod session;
 
 pub use crate::listen::{
@@ -178,7 +179,7 @@ pub(crate) async fn serve<S>(
     channels: Channels,
     roots: Arc<Roots>,
     config: &Config,
-    retained: Arc<crate::process::Account>,
+    retained: Arc<crate::account::Account>,
     shutdown: S,
 ) -> io::Result<()>
 where
@@ -204,7 +205,7 @@ pub(crate) async fn serve_resumable<S, G>(
     channels: Channels,
     roots: Arc<Roots>,
     config: &Config,
-    retained: Arc<crate::process::Account>,
+    retained: Arc<crate::account::Account>,
     sessions: &Arc<Sessions>,
     slot: G,
     shutdown: S,

@@ -29,7 +29,7 @@ use tokio::task::JoinHandle;
 
 use self::room::Room;
 use self::task::{Event, Spec, Write};
-use crate::process::Account;
+use crate::account::Account;
 use crate::protocol::*;
 use crate::transport::Line;
 

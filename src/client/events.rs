@@ -3,8 +3,29 @@
 use serde_json::Value;
 use tokio::sync::broadcast;
 
-use super::process::{ExitStatus, OutputChunk};
 use crate::protocol::*;
+
+/// One chunk of output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputChunk {
+    /// Per-process sequence number, from 1.
+    pub seq: u64,
+    /// `stdout`, `stderr` or `pty`.
+    pub stream: Stream,
+    /// The bytes.
+    pub bytes: Vec<u8>,
+}
+
+/// How a process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExitStatus {
+    /// The exit code; 128+N for signal N.
+    pub code: i32,
+    /// The killing signal's name, such as `SIGKILL`.
+    pub signal: Option<String>,
+    /// The limit that ended it (a start with limits whose tree hit its memory limit).
+    pub limit: Option<crate::protocol::LimitHit>,
+}
 
 /// Events buffered per subscriber before the oldest are dropped for it.
 pub(crate) const EVENT_BUFFER: usize = 256;

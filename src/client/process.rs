@@ -10,27 +10,7 @@ use super::Client;
 use crate::error::Error;
 use crate::protocol::*;
 
-/// One chunk of output.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutputChunk {
-    /// Per-process sequence number, from 1.
-    pub seq: u64,
-    /// `stdout`, `stderr` or `pty`.
-    pub stream: Stream,
-    /// The bytes.
-    pub bytes: Vec<u8>,
-}
-
-/// How a process ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExitStatus {
-    /// The exit code; 128+N for signal N.
-    pub code: i32,
-    /// The killing signal's name, such as `SIGKILL`.
-    pub signal: Option<String>,
-    /// The limit that ended it (a start with limits whose tree hit its memory limit).
-    pub limit: Option<crate::protocol::LimitHit>,
-}
+use super::events::{ExitStatus, OutputChunk};
 
 /// A started process. Its output comes in seq order without gaps or repeats
 /// (chunks the server's 1 MiB retention already dropped are skipped): when the

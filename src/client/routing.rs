@@ -8,7 +8,7 @@ use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use super::events::{Event, EVENT_BUFFER};
-use super::process::{ExitStatus, OutputChunk};
+use super::events::{ExitStatus, OutputChunk};
 use super::tunnel::TunnelRoutes;
 use super::watching::WatchRoutes;
 use super::{lock, ClosedWatch};

@@ -9,8 +9,6 @@ use crate::protocol::{CopyParams, Empty, ErrorObject};
 
 const NEEDS_RECURSIVE: &str = "fs/copy requires recursive: true when sourcePath is a directory";
 const INTO_ITSELF: &str = "fs/copy cannot copy a directory to itself or one of its descendants";
-pub(crate) const UNSUPPORTED: &str =
-    "fs/copy only supports regular files, directories, and symlinks";
 
 /// Copies `sourcePath` to `destinationPath`. A source symlink is copied as a
 /// symlink. A directory needs `recursive` and is merged into the destination
@@ -67,7 +65,7 @@ pub(crate) fn copy(roots: &Roots, params: CopyParams, rules: &FsRules) -> FsResu
             write::replace(&entry, like, |out| io::copy(&mut file, out).map(drop))
                 .map_err(io_error(op, to))?;
         }
-        _ => return Err(ErrorObject::invalid_request(UNSUPPORTED)),
+        _ => return Err(ErrorObject::invalid_request(super::walk::UNSUPPORTED)),
     }
     Ok(Empty {})
 }

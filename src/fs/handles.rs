@@ -18,17 +18,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::error::{self, io_error, FsOp};
 use super::read::open_regular;
-use super::refusal::Refusal;
+use super::refusal::{Refusal, MAX_BLOCK, MAX_HANDLE_ID};
 use super::write::{on_pseudo_filesystem, replace, Like};
 use super::{kind, sys, FsResult, Roots};
 use crate::protocol::{Base64, Empty, ErrorObject, OpenMode, ReadBlockResult};
 
 /// Open handles per connection, by default.
 pub(crate) const MAX_HANDLES: usize = 256;
-/// The longest handle id, in bytes.
-pub(crate) const MAX_HANDLE_ID: usize = 32;
-/// The largest block read or written at once.
-pub(crate) const MAX_BLOCK: u64 = 1024 * 1024;
 
 struct Handle {
     file: File,

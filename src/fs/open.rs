@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use super::access::{AccessMap, Need};
 use super::error::{self, io_error, FsOp};
 use super::kind;
-use super::roots::{self, Roots};
+use super::roots::{self, clean, is_escape, outside, Cwd, Roots};
 use super::sys;
 use crate::protocol::{Access, ErrorObject};
 
@@ -307,4 +307,56 @@ fn real_path(fd: &impl AsRawFd) -> io::Result<PathBuf> {
         ));
     }
     Ok(real)
+}
+
+/// Where a path is resolved from: the one place a [`Located`] is made.
+impl Roots {
+    /// Cleans `path` and finds where it is resolved from: -32602 for a relative
+    /// path, -32600 for a path outside every root.
+    pub(crate) fn locate<'a>(&'a self, path: &'a Path) -> Result<Located<'a>, ErrorObject> {
+        if !path.is_absolute() {
+            return Err(ErrorObject::invalid_params(format!(
+                "path must be absolute: {}",
+                path.display()
+            )));
+        }
+        let cleaned = clean(path);
+        if !self.confined() {
+            let rel = cleaned.strip_prefix("/").unwrap_or(&cleaned).to_path_buf();
+            let dir = std::fs::File::open("/").map(OwnedFd::from).map_err(|e| {
+                let hint = match e.raw_os_error() {
+                    Some(libc::EMFILE | libc::ENFILE) => {
+                        ": the server is out of file descriptors (RLIMIT_NOFILE)"
+                    }
+                    _ => "",
+                };
+                ErrorObject::internal(format!("cannot open /: {e}{hint}"))
+                    .with_data(serde_json::json!({"kind": "other", "path": "/"}))
+            })?;
+            return Ok(Located::new(self, path, dir, rel, 0));
+        }
+        let Some((root, rel)) = self.best_root(&cleaned) else { return Err(outside(path)) };
+        let dir = root.try_clone().map_err(|e| {
+            ErrorObject::invalid_request(format!("cannot use the root of {}: {e}", path.display()))
+        })?;
+        Ok(Located::new(self, path, dir, rel.to_path_buf(), sys::CONFINED))
+    }
+
+    /// Checks a process's `cwd` (already known to be absolute) and returns it
+    /// cleaned, for the process to start in. With no roots it is returned as is.
+    pub(crate) fn check_cwd(&self, cwd: &Path) -> Result<Cwd, ErrorObject> {
+        if !self.confined() {
+            return Ok(Cwd { path: cwd.to_path_buf(), dir: None });
+        }
+        let located = self.locate(cwd)?;
+        match located.open(libc::O_PATH | libc::O_DIRECTORY) {
+            // A loop or magic link (ELOOP) is refused with the escapes.
+            Err(e) if is_escape(&e) || e.raw_os_error() == Some(libc::ELOOP) => Err(outside(cwd)),
+            // The child enters the very directory checked (fchdir), never the path again.
+            Ok(dir) => Ok(Cwd { path: clean(cwd), dir: Some(dir) }),
+            // Under --root the path is never used again after a failed check:
+            // it could be swapped for a link out of the root meanwhile.
+            Err(e) => Err(ErrorObject::internal(format!("cannot use cwd {}: {e}", cwd.display()))),
+        }
+    }
 }

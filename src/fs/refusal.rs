@@ -3,8 +3,12 @@
 
 use std::path::PathBuf;
 
-use super::handles::{MAX_BLOCK, MAX_HANDLE_ID};
 use crate::protocol::{codes, ErrorObject};
+
+/// The longest handle id, in bytes.
+pub(crate) const MAX_HANDLE_ID: usize = 32;
+/// The largest block read or written at once.
+pub(crate) const MAX_BLOCK: u64 = 1024 * 1024;
 
 /// Why a file read, an `fs/open` or a handle call was refused.
 #[derive(Debug, thiserror::Error)]

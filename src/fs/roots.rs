@@ -17,7 +17,6 @@ use std::sync::Arc;
 
 use super::access::{AccessMap, Need};
 use super::mounts::OwnedMounts;
-use super::open::Located;
 use super::sys;
 use crate::protocol::ErrorObject;
 
@@ -128,43 +127,13 @@ impl Roots {
         !self.roots.is_empty()
     }
 
-    /// Cleans `path` and finds where it is resolved from: -32602 for a relative
-    /// path, -32600 for a path outside every root.
-    pub(crate) fn locate<'a>(&'a self, path: &'a Path) -> Result<Located<'a>, ErrorObject> {
-        if !path.is_absolute() {
-            return Err(ErrorObject::invalid_params(format!(
-                "path must be absolute: {}",
-                path.display()
-            )));
-        }
-        let cleaned = clean(path);
-        if self.roots.is_empty() {
-            let rel = cleaned.strip_prefix("/").unwrap_or(&cleaned).to_path_buf();
-            let dir = std::fs::File::open("/").map(OwnedFd::from).map_err(|e| {
-                let hint = match e.raw_os_error() {
-                    Some(libc::EMFILE | libc::ENFILE) => {
-                        ": the server is out of file descriptors (RLIMIT_NOFILE)"
-                    }
-                    _ => "",
-                };
-                ErrorObject::internal(format!("cannot open /: {e}{hint}"))
-                    .with_data(serde_json::json!({"kind": "other", "path": "/"}))
-            })?;
-            return Ok(Located::new(self, path, dir, rel, 0));
-        }
-        let Some((root, rel)) = self.best_root(&cleaned) else { return Err(outside(path)) };
-        let dir = root.dir.try_clone().map_err(|e| {
-            ErrorObject::invalid_request(format!("cannot use the root of {}: {e}", path.display()))
-        })?;
-        Ok(Located::new(self, path, dir, rel.to_path_buf(), sys::CONFINED))
-    }
-
-    /// The root a cleaned path falls under (the closest one) and the rest of it.
-    fn best_root<'p>(&self, cleaned: &'p Path) -> Option<(&Root, &'p Path)> {
+    /// The root a cleaned path falls under (the closest one): its directory,
+    /// and the rest of the path.
+    pub(super) fn best_root<'p>(&self, cleaned: &'p Path) -> Option<(&OwnedFd, &'p Path)> {
         self.roots
             .iter()
             .flat_map(|root| [(root, &root.given), (root, &root.canonical)])
-            .filter_map(|(root, prefix)| Some((root, cleaned.strip_prefix(prefix).ok()?)))
+            .filter_map(|(root, prefix)| Some((&root.dir, cleaned.strip_prefix(prefix).ok()?)))
             .min_by_key(|(_, rel)| rel.components().count())
     }
 
@@ -185,25 +154,7 @@ impl Roots {
         let (root, rel) = self.best_root(&cleaned)?;
         let rel = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };
         let c_rel = sys::c_path(rel).ok()?;
-        sys::openat2_cached(root.dir.as_raw_fd(), &c_rel, flags, sys::CONFINED).ok()
-    }
-
-    /// Checks a process's `cwd` (already known to be absolute) and returns it
-    /// cleaned, for the process to start in. With no roots it is returned as is.
-    pub(crate) fn check_cwd(&self, cwd: &Path) -> Result<Cwd, ErrorObject> {
-        if self.roots.is_empty() {
-            return Ok(Cwd { path: cwd.to_path_buf(), dir: None });
-        }
-        let located = self.locate(cwd)?;
-        match located.open(libc::O_PATH | libc::O_DIRECTORY) {
-            // A loop or magic link (ELOOP) is refused with the escapes.
-            Err(e) if is_escape(&e) || e.raw_os_error() == Some(libc::ELOOP) => Err(outside(cwd)),
-            // The child enters the very directory checked (fchdir), never the path again.
-            Ok(dir) => Ok(Cwd { path: clean(cwd), dir: Some(dir) }),
-            // Under --root the path is never used again after a failed check:
-            // it could be swapped for a link out of the root meanwhile.
-            Err(e) => Err(ErrorObject::internal(format!("cannot use cwd {}: {e}", cwd.display()))),
-        }
+        sys::openat2_cached(root.as_raw_fd(), &c_rel, flags, sys::CONFINED).ok()
     }
 }
 

@@ -11,6 +11,10 @@ use super::error::{io_error, FsOp};
 use super::{kind, sys, write};
 use crate::protocol::ErrorObject;
 
+/// What `fs/copy` says of anything but a regular file, a directory or a symlink.
+pub(crate) const UNSUPPORTED: &str =
+    "fs/copy only supports regular files, directories, and symlinks";
+
 /// Opens a subdirectory for reading, refusing a symlink (ELOOP/ENOTDIR).
 const SUBDIR: libc::c_int = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
 
@@ -241,7 +245,7 @@ pub(crate) fn copy_entry(
             let fd = sys::openat(from_dir, name, flags, 0).map_err(io_error(op, here))?;
             let stat = sys::fstat(fd.as_fd()).map_err(io_error(op, here))?;
             if sys::file_type(&stat) != libc::S_IFREG {
-                return Err(ErrorObject::invalid_request(super::copy::UNSUPPORTED));
+                return Err(ErrorObject::invalid_request(UNSUPPORTED));
             }
             kind::refuse_stdio(op, here, &stat)?;
             let mut source = std::fs::File::from(fd);
@@ -271,7 +275,7 @@ pub(crate) fn copy_entry(
                 .map(drop)
                 .map_err(io_error(op, here))
         }
-        _ => Err(ErrorObject::invalid_request(super::copy::UNSUPPORTED)),
+        _ => Err(ErrorObject::invalid_request(UNSUPPORTED)),
     }
 }
 

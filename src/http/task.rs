@@ -18,8 +18,8 @@ use tokio::time::Instant;
 use super::exchange;
 use super::prepare::Prepared;
 use super::{CONNECTION_HTTP_BYTES, HTTP_BODY_LIMIT, HTTP_DELTA, HTTP_STREAM_BUFFER};
+use crate::account::Account;
 use crate::hold::Held;
-use crate::process::Account;
 use crate::protocol::{b64_len, Base64, ErrorObject, HttpHeader, HttpResponse};
 
 /// What the task tells the loop, in order.

@@ -8,11 +8,11 @@
 use std::ffi::CString;
 use std::fs;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+use super::file::write;
 use super::hierarchy::{Controller, Hierarchy, Version};
 use super::{janitor, join, server_dir};
 use crate::protocol::ProcessLimits;
@@ -281,17 +281,4 @@ fn return_home(home: &Path, tid: &str) -> io::Result<()> {
     }
     let file = homes.iter_mut().find(|(dir, _)| dir == home).map(|(_, file)| file);
     file.ok_or_else(|| io::Error::other("no tasks file"))?.write_all(tid.as_bytes())
-}
-
-/// Writes `value` to a cgroup file in one `write`.
-pub(crate) fn write(path: &Path, value: &str) -> io::Result<()> {
-    use std::io::Write;
-    let mut file = fs::OpenOptions::new().write(true).open(path)?;
-    file.write_all(value.as_bytes())
-}
-
-/// A path as a C string (cgroup paths hold no NUL).
-pub(crate) fn c_path(path: &Path) -> io::Result<CString> {
-    CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in a cgroup path"))
 }

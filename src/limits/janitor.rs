@@ -74,7 +74,7 @@ fn settle(dirs: Vec<(PathBuf, Instant)>, waiting: &mut Vec<Waiting>) {
                 // Its high-water mark starts again (v1; v2 has none). The page
                 // cache the last tree left charged stays: reclaimed before any
                 // OOM kill, and what makes a used cgroup cheaper to start in.
-                let _ = super::group::write(&dir.join("memory.max_usage_in_bytes"), "0");
+                let _ = super::file::write(&dir.join("memory.max_usage_in_bytes"), "0");
                 tracing::trace!(cgroup = %dir.display(), "a spare cgroup");
                 spares.push((dir, Instant::now()));
                 continue;

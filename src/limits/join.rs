@@ -10,7 +10,7 @@ use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
-use super::group::c_path;
+use super::file::c_path;
 
 /// The hidden first argument.
 pub(crate) const MARKER: &CStr = c"--exec-server-join-cgroup";
@@ -49,7 +49,7 @@ fn join_and_exec(rest: Vec<OsString>) -> Result<std::convert::Infallible, String
     let (Some(procs), Some(program)) = (rest.next(), rest.next()) else {
         return Err("no cgroup or program given".to_owned());
     };
-    super::group::write(Path::new(&procs), "0")
+    super::file::write(Path::new(&procs), "0")
         .map_err(|error| format!("cannot join {}: {error}", Path::new(&procs).display()))?;
     let program = CString::new(program.into_vec()).map_err(|_| "a NUL byte".to_owned())?;
     let argv: Vec<CString> = rest

@@ -13,7 +13,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use super::group::write;
+use super::file::write;
 use super::hierarchy::{Controller, Version};
 
 /// Made directories, by the server's cgroup they are in.

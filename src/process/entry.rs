@@ -12,7 +12,7 @@ use portable_pty::{MasterPty, PtySize};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::output::{Account, OutputLog};
+use super::output::OutputLog;
 use super::pumps::{self, EventSender, StdinQueue};
 use super::registry;
 use super::shape::{Numbering, Shape};
@@ -20,6 +20,7 @@ use super::signal::{signal_group, ExitInfo, Signal};
 use super::spawn::{self, SpawnError, SpawnRequest, Spawned};
 use super::tree::{self, Session};
 use super::write_ids::WriteIds;
+use crate::account::Account;
 use crate::limits::Group;
 use crate::protocol::{
     encode_notification, encode_output, ClosedParams, ExitedParams, LimitHit, ProcessClosed,
@@ -131,7 +132,7 @@ impl Entry {
         {
             Ok(handles) => handles,
             Err(error) => {
-                abandon(pid);
+                registry::abandon(pid);
                 return Err(error);
             }
         };
@@ -189,7 +190,7 @@ impl Entry {
             self.limit_hit = (group.oom_kills() > 0).then_some(LimitHit::Memory);
             group.release();
         }
-        let reaped_at = spawn::reap(self.pid).then(|| {
+        let reaped_at = registry::reap(self.pid).then(|| {
             registry::reaped(self.pid);
             tree::boot_ticks()
         });
@@ -359,20 +360,8 @@ impl Drop for Entry {
         self.tasks.abort_all();
         self.stdin = None;
         if self.reaped_at().is_none() {
-            abandon(self.pid);
+            registry::abandon(self.pid);
         }
         drop(self.master.take());
-    }
-}
-
-/// Lets go of an unreaped leader without waiting: SIGKILL to its group (safe:
-/// its unreaped pid still names the group), then a reap if it is already
-/// dead, else it is disowned and reaped later through its pidfd.
-pub(crate) fn abandon(pid: u32) {
-    let _ = signal_group(pid, Signal::KILL);
-    if spawn::reap(pid) {
-        registry::reaped(pid);
-    } else {
-        registry::disown(pid);
     }
 }

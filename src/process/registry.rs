@@ -14,7 +14,7 @@ use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use super::signal::Signal;
+use super::signal::{signal_group, Signal};
 use super::tree;
 
 /// The leaders alive or unreaped, by pid.
@@ -149,7 +149,7 @@ pub(crate) fn reap_orphans() -> usize {
         if leaders.as_ref().is_some_and(|l| l.contains(&pid)) {
             continue;
         }
-        if super::spawn::reap(pid) {
+        if reap(pid) {
             reaped += 1;
         }
     }
@@ -217,5 +217,27 @@ fn tell(watcher: &Mutex<File>, line: &str) {
     if let Err(error) = pipe.write_all(line.as_bytes()) {
         // The pipe is non-blocking: a stuck watcher costs this one message, logged.
         tracing::warn!(%error, message = line.trim_end(), "telling the watcher failed; a SIGKILLed server would leave this session");
+    }
+}
+
+/// Reaps the child if it has exited, without ever blocking; true when it is gone
+/// (reaped now, or already by someone else).
+pub(crate) fn reap(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return true };
+    let mut status = 0;
+    // SAFETY: waitpid writes only to `status`; WNOHANG never blocks.
+    let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    rc != 0
+}
+
+/// Lets go of an unreaped leader without waiting: SIGKILL to its group (safe:
+/// its unreaped pid still names the group), then a reap if it is already
+/// dead, else it is disowned and reaped later through its pidfd.
+pub(crate) fn abandon(pid: u32) {
+    let _ = signal_group(pid, Signal::KILL);
+    if reap(pid) {
+        reaped(pid);
+    } else {
+        disown(pid);
     }
 }

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsString};
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -23,6 +23,7 @@ use super::launch::{self, Launch, Stdio};
 use super::registry;
 use super::signal::ExitInfo;
 use super::tree;
+use crate::fd::pipe;
 use crate::limits::Group;
 use crate::protocol::{SandboxType, TtySize};
 use crate::sandbox::{self, Failure, Policy};
@@ -129,7 +130,7 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> Result<Spawned, SpawnError> {
         registry.register(pid);
         if let Some(prepared) = prepared {
             if let Err(failure) = prepared.wait_started() {
-                super::entry::abandon(pid);
+                registry::abandon(pid);
                 return Err(match failure {
                     Failure::Setup(message) => SpawnError::Sandbox(message),
                     Failure::Exec(error) => SpawnError::Io(error),
@@ -174,17 +175,6 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> Result<Spawned, SpawnError> {
     Ok(Spawned { pid, sandbox_type, pidfd, io, group: None })
 }
 
-/// A pipe as (read end, write end), both close-on-exec.
-pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: pipe2 writes two new descriptors into `fds`.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
 /// Waits until the child has exited, without reaping it.
 pub(crate) async fn wait_exit(pid: u32, pidfd: OwnedFd) -> io::Result<ExitInfo> {
     // SAFETY: OwnedFd keeps the descriptor open and unchanged while the AsyncFd owns it.
@@ -196,16 +186,6 @@ pub(crate) async fn wait_exit(pid: u32, pidfd: OwnedFd) -> io::Result<ExitInfo> 
             None => guard.clear_ready(),
         }
     }
-}
-
-/// Reaps the child if it has exited, without ever blocking; true when it is gone
-/// (reaped now, or already by someone else).
-pub(crate) fn reap(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else { return true };
-    let mut status = 0;
-    // SAFETY: waitpid writes only to `status`; WNOHANG never blocks.
-    let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-    rc != 0
 }
 
 #[cfg(test)]

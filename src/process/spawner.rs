@@ -10,7 +10,6 @@ use std::sync::mpsc;
 
 use tokio::sync::oneshot;
 
-use super::entry;
 use super::spawn::Spawned;
 use crate::protocol::ErrorObject;
 
@@ -75,6 +74,6 @@ fn start() -> Option<mpsc::Sender<Job>> {
 fn run(job: Job) {
     let outcome = (job.work)();
     if let Err(Ok(spawned)) = job.reply.send(outcome) {
-        entry::abandon(spawned.pid);
+        super::registry::abandon(spawned.pid);
     }
 }

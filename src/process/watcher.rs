@@ -34,7 +34,7 @@ pub(crate) const MARKER: &CStr = c"--exec-server-watcher";
 /// `/dev/null` as stdio and the pipe's read end as fd 3. Returns its pid and
 /// the pipe's non-blocking write end.
 pub(crate) fn spawn() -> io::Result<(u32, File)> {
-    let (read_end, write_end) = super::spawn::pipe()?;
+    let (read_end, write_end) = crate::fd::pipe()?;
     let null = File::options().read(true).write(true).open("/dev/null")?;
     let null = OwnedFd::from(null);
     let argv = [CString::from(c"exec-server-wd"), CString::from(MARKER)];

@@ -5,8 +5,8 @@
 use std::ffi::CString;
 
 use super::roots::Roots;
+use super::spec::Spec;
 use super::sys::{self, check};
-use super::trampoline::Spec;
 use super::{landlock, report, seccomp};
 
 /// Confines this process and executes the program; never returns.

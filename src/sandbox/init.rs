@@ -7,10 +7,11 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use super::confine;
+use super::report::fail;
 use super::report::{LIFE_FD, REPORT_FD};
 use super::roots::Roots;
+use super::spec::Spec;
 use super::sys::{self, check};
-use super::trampoline::{fail, Spec};
 
 /// Runs the init; never returns.
 pub(crate) fn run(spec: &Spec, roots: &Roots, abi: u32, argv: &[CString], status: OwnedFd) -> ! {

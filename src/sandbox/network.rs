@@ -258,7 +258,7 @@ fn helper_failed(helper: libc::pid_t) -> String {
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
-    crate::process::pipe().map_err(|e| format!("cannot create a pipe: {e}"))
+    crate::fd::pipe().map_err(|e| format!("cannot create a pipe: {e}"))
 }
 
 /// A `NETLINK_ROUTE` socket of the sandbox's namespace.

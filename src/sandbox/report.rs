@@ -114,6 +114,13 @@ fn parse(text: &[u8]) -> Result<(), Failure> {
     }
 }
 
+/// Reports why the sandbox cannot be built, and ends.
+pub(crate) fn fail(message: &str) -> ! {
+    setup_failed(message);
+    // SAFETY: ends this process at once.
+    unsafe { libc::_exit(126) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,13 +20,10 @@
 use std::ffi::{CString, OsString};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
-use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
-
-use super::policy::Policy;
-use super::report::{self, LIFE_FD, REPORT_FD};
+use super::report::{fail, LIFE_FD, REPORT_FD};
 use super::roots::Roots;
+use super::spec::Spec;
 use super::sys;
 use super::{init, landlock, network, seccomp, view};
 
@@ -36,25 +33,6 @@ pub(crate) const MARKER: &str = "--exec-server-sandbox-trampoline";
 /// keep devices and pseudo-files unwritten; later ABIs add layers
 /// (truncate, device ioctls, TCP, scoped signals) where the kernel has them.
 const MIN_LANDLOCK_ABI: u32 = 1;
-
-/// What the trampoline is told, as its second argument (JSON); the program's
-/// argv follows.
-#[derive(Debug, Serialize, Deserialize)]
-pub(crate) struct Spec {
-    pub(crate) policy: Policy,
-    /// The program, resolved by the server.
-    pub(crate) program: PathBuf,
-    /// The directory the program starts in (the trampoline was started there).
-    pub(crate) cwd: PathBuf,
-    /// The process's own terminal, which it may open by name.
-    pub(crate) tty: Option<PathBuf>,
-    /// Mechanisms to treat as missing: how the tests prove the refusal.
-    #[serde(default)]
-    pub(crate) unavailable: Vec<String>,
-    /// slirp4netns, resolved by the server, for a policy with network.
-    #[serde(default)]
-    pub(crate) network_helper: Option<PathBuf>,
-}
 
 /// Runs the hidden mode; never returns.
 pub(crate) fn main(args: Vec<OsString>) -> ! {
@@ -174,7 +152,7 @@ fn enter_namespaces(network: bool) -> Result<(), String> {
 /// The pipe the init reports the program's wait status on; SIGCHLD is blocked
 /// first so that the init, which inherits the mask, misses none.
 fn status_pipe() -> Result<(OwnedFd, OwnedFd), String> {
-    let pipe = crate::process::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
+    let pipe = crate::fd::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
     // SAFETY: a set with SIGCHLD, installed as blocked.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -238,11 +216,4 @@ fn exit_as(status: Option<libc::c_int>) -> ! {
         libc::raise(signal);
         libc::_exit(128 + signal)
     }
-}
-
-/// Reports why the sandbox cannot be built, and ends.
-pub(crate) fn fail(message: &str) -> ! {
-    report::setup_failed(message);
-    // SAFETY: ends this process at once.
-    unsafe { libc::_exit(126) }
 }

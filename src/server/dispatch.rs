@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use tokio::sync::oneshot;
 
 use super::fs_calls::{Call, FsCalls};
+use super::reply::{call, decode, error_reply, reply};
 use super::{Handoff, Sessions};
 use crate::dialect::inbound::{self, Inbound};
 use crate::dialect::{outbound, Dialect, Numbering};
@@ -351,7 +352,14 @@ impl State {
 
         if method == EnvironmentInfo::NAME {
             self.today = true;
-            return Some(reply::<EnvironmentInfo>(&id, Ok(self.environment_info())));
+            // Part B: `{"limits": true}` adds which limits this server
+            // enforces; without it the answer is today's dialect's, exactly.
+            let limits = params.get("limits").and_then(Value::as_bool).unwrap_or(false);
+            let mut info = crate::dialect::environment_info();
+            if limits {
+                info["limits"] = crate::limits::support(self.table.default_limits());
+            }
+            return Some(reply::<EnvironmentInfo>(&id, Ok(info)));
         }
         if method == EnvironmentStatus::NAME {
             self.today = true;
@@ -609,52 +617,9 @@ impl State {
                 features: FEATURES.iter().map(|f| (*f).to_owned()).collect(),
             }),
             session_id: Some(self.session_id.to_string()),
-            environment_info: Some(self.environment_info()),
+            environment_info: Some(crate::dialect::environment_info()),
         }
     }
-
-    /// `environment/info`: today's dialect's answer, and which limits this
-    /// server enforces (Part B).
-    fn environment_info(&self) -> serde_json::Value {
-        let mut info = crate::dialect::environment_info();
-        info["limits"] = crate::limits::support(self.table.default_limits());
-        info
-    }
-}
-
-/// Decodes params (absent or null counts as `{}`), else -32602 with the decoder's message.
-pub(super) fn decode<M: Method>(params: Value) -> Result<M::Params, ErrorObject> {
-    let params = match params {
-        Value::Null => Value::Object(Default::default()),
-        Value::Object(_) => params,
-        other => {
-            return Err(ErrorObject::invalid_params(format!(
-                "invalid params for {}: expected an object, got {}",
-                M::NAME,
-                json_kind(&other)
-            )))
-        }
-    };
-    serde_json::from_value(params)
-        .map_err(|e| ErrorObject::invalid_params(format!("invalid params for {}: {e}", M::NAME)))
-}
-
-/// An encoded error response.
-fn error_reply(id: &RequestId, error: ErrorObject) -> String {
-    encode_response::<Empty>(id, &Err(error))
-}
-
-/// The encoded response of method `M`.
-pub(super) fn reply<M: Method>(id: &RequestId, result: Result<M::Result, ErrorObject>) -> String {
-    encode_response(id, &result)
-}
-
-pub(super) fn call<M: Method>(
-    id: &RequestId,
-    params: Value,
-    handler: impl FnOnce(M::Params) -> Result<M::Result, ErrorObject>,
-) -> String {
-    reply::<M>(id, decode::<M>(params).and_then(handler))
 }
 
 /// The reply to a line that is not a usable message: id -1, -32600.

@@ -19,7 +19,7 @@ use tokio::sync::Semaphore;
 use tokio::task::{Id, JoinSet};
 use tokio::time::{Duration, Instant};
 
-use super::dispatch::{decode, reply};
+use super::reply::{decode, reply};
 use crate::dialect::{fs_rules, outbound, Dialect, FsConfine};
 use crate::fs::{self, Handles, Roots};
 use crate::hold::ServerRoom;

@@ -8,10 +8,9 @@ use tokio::sync::mpsc;
 use super::dispatch::State;
 use super::link::Link;
 use super::{Config, Handoff, Sessions, EVENT_QUEUE};
+use crate::account::Account;
 use crate::fs::Roots;
-use crate::process::{
-    Account, Limits, ProcEvent, ProcessTable, CONNECTION_RETAINED, RETAINED_BYTES,
-};
+use crate::process::{Limits, ProcEvent, ProcessTable, CONNECTION_RETAINED, RETAINED_BYTES};
 use crate::sessions::Registration;
 
 pub(crate) struct Session {

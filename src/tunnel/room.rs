@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
+use crate::account::Account;
 pub(super) use crate::hold::Held;
-use crate::process::Account;
 
 /// What one connection's tunnels may hold at once (of the server-wide room):
 /// one connection cannot starve the others.

@@ -248,7 +248,8 @@ async fn defaults_apply_a_start_may_lower_them_and_raising_is_refused() {
         return;
     }
     let mut server = Binary::ready(&["--limit-memory", "64M", "--limit-processes", "64"]).await;
-    let info = server.result("environment/info", json!({})).await;
+    assert_eq!(server.result("environment/info", json!({})).await.get("limits"), None);
+    let info = server.result("environment/info", json!({"limits": true})).await;
     assert_eq!(
         info["limits"],
         json!({
@@ -338,7 +339,7 @@ async fn a_server_that_cannot_enforce_a_limit_refuses_and_runs_nothing() {
     let dir = scratch("limits-nobody");
     User::Nobody.own(&dir);
     let mut server = User::Nobody.ready(&[], &[]).await;
-    let info = server.result("environment/info", json!({})).await;
+    let info = server.result("environment/info", json!({"limits": true})).await;
     assert_eq!(info["limits"]["memoryBytes"]["enforced"], false, "{info}");
     let marker = dir.join("ran");
     let touch = format!("touch {}", marker.display());
