@@ -140,17 +140,24 @@ pub enum Shutdown {
 /// exits: spawn from a thread that lives as long as the launcher (a runtime
 /// worker or the main thread, not a `spawn_blocking` thread).
 ///
-/// ```no_run
-/// # #[tokio::main]
-/// # async fn main() -> Result<(), exec_server::Error> {
-/// use exec_server::{LaunchCommand, Launcher, StartParams};
+/// ```
+/// use exec_server::{LaunchCommand, Launcher, Shutdown, StartParams};
 ///
-/// let launcher = Launcher::spawn(LaunchCommand::exec_server()).await?;
-/// let mut date = launcher.client().start(StartParams::new("date", ["date"], "/")).await?;
-/// let (output, status) = date.output_to_end().await?;
-/// println!("{} (exit {})", String::from_utf8_lossy(&output).trim(), status.code);
-/// # Ok(())
-/// # }
+/// # #[cfg(not(feature = "server"))] fn main() {} // this_program serves: the server half.
+/// # #[cfg(feature = "server")]
+/// fn main() -> Result<(), exec_server::Error> {
+///     exec_server::serve_if_requested(); // serves, when this program is the server
+///     tokio::runtime::Runtime::new().expect("a runtime").block_on(async {
+///         let launcher = Launcher::spawn(LaunchCommand::this_program()).await?;
+///         let mut date = launcher.client().start(StartParams::new("date", ["date"], "/")).await?;
+///         let (output, status) = date.output_to_end().await?;
+///         println!("{} (exit {})", String::from_utf8_lossy(&output).trim(), status.code);
+///         // Or just drop it: the server and everything it started die either way.
+///         let ended = launcher.shutdown(std::time::Duration::from_secs(2)).await?;
+///         assert!(matches!(ended, Shutdown::Exited(status) if status.success()), "{ended:?}");
+///         Ok(())
+///     })
+/// }
 /// ```
 pub struct Launcher {
     client: Client,

@@ -6,18 +6,25 @@
 //! Start with [`Launcher`]: it starts a server, performs the handshake and owns
 //! the server's lifetime (everything the server started dies with it).
 //!
-//! ```no_run
+//! ```
 //! use exec_server::{LaunchCommand, Launcher, StartParams};
 //!
-//! # #[tokio::main]
-//! # async fn main() -> Result<(), exec_server::Error> {
-//! let launcher = Launcher::spawn(LaunchCommand::exec_server()).await?;
-//! let params = StartParams::new("hello", ["sh", "-c", "echo hello; exit 3"], "/tmp");
-//! let mut process = launcher.client().start(params).await?;
-//! let (output, status) = process.output_to_end().await?;
-//! assert_eq!((output.as_slice(), status.code), (&b"hello\n"[..], 3));
-//! # Ok(())
-//! # }
+//! # #[cfg(not(feature = "server"))] fn main() {} // this_program serves: the server half.
+//! # #[cfg(feature = "server")]
+//! fn main() -> Result<(), exec_server::Error> {
+//!     // Launched as the server (by `this_program` below), this serves and exits.
+//!     exec_server::serve_if_requested();
+//!     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+//!     runtime.block_on(async {
+//!         // `LaunchCommand::exec_server()` would run the installed binary instead.
+//!         let launcher = Launcher::spawn(LaunchCommand::this_program()).await?;
+//!         let params = StartParams::new("hello", ["sh", "-c", "echo hello; exit 3"], "/tmp");
+//!         let mut process = launcher.client().start(params).await?;
+//!         let (output, status) = process.output_to_end().await?;
+//!         assert_eq!((output.as_slice(), status.code), (&b"hello\n"[..], 3));
+//!         Ok(())
+//!     })
+//! }
 //! ```
 //!
 //! - [`Client`]: typed calls over any connection ([`Client::connect`],

@@ -9,7 +9,9 @@ use tokio::time::Instant;
 use std::sync::Arc;
 
 use super::*;
+use super::reads::MAX_PARKED;
 use crate::fs::Roots;
+use crate::protocol::ReadParams;
 use crate::protocol::{RequestId, Stream};
 
 fn table() -> (ProcessTable, mpsc::Receiver<ProcEvent>) {

@@ -134,7 +134,7 @@ pub struct ListeningPort {
     pub pid: u32,
     /// The started process it descends from.
     pub process_id: String,
-    /// The holder's argv[0].
+    /// The holder's `argv[0]`.
     pub command: String,
 }
 

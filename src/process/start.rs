@@ -1,0 +1,275 @@
+//! `process/start`: the checks, the charge for what a start stores, the
+//! spawner thread's work, and the entry and answer once it is done.
+
+use std::sync::Arc;
+
+use super::entry::Entry;
+use super::registry;
+use super::shape::Shape;
+use super::signal::Signal;
+use super::spawn::SpawnError;
+use super::spawner;
+use super::{descriptor_limit, too_long_id, ProcessTable, FDS_PER_PROCESS, MAX_PROCESS_ID_BYTES};
+use crate::account::{Charge, STRING_OVERHEAD};
+use crate::fs::Roots;
+use crate::protocol::{encode_response, ErrorObject, RequestId, StartParams, StartResult};
+use crate::sandbox;
+
+/// A `process/start` whose spawn runs on the spawner thread.
+pub(super) struct Starting {
+    request: RequestId,
+    serial: u64,
+    params: StartParams,
+    shape: Shape,
+    /// What its argv, env and cwd cost while held (the entry keeps argv's).
+    charge: Charge,
+    outcome: tokio::sync::oneshot::Receiver<spawner::Outcome>,
+}
+
+/// What [`ProcessTable::begin_start`] did with a valid start.
+pub(crate) enum Begun {
+    /// Handed to the spawner; the reply comes from [`ProcessTable::next_done`].
+    Spawning,
+    /// It depends on the starts under way: ask again when they are done.
+    MustWait,
+}
+
+/// Bytes of stored commands (argv, env, cwd of live, starting and exited
+/// processes) one connection or detached session may hold.
+pub(crate) const CONNECTION_COMMANDS: usize = 32 * 1024 * 1024;
+
+/// Bytes of stored commands the whole server may hold.
+pub(crate) const SERVER_COMMANDS: usize = 128 * 1024 * 1024;
+
+/// What storing `strings` costs: their bytes and a record each.
+pub(super) fn stored_cost<'a>(strings: impl Iterator<Item = &'a String>) -> usize {
+    strings.map(|s| s.len() + STRING_OVERHEAD).sum()
+}
+
+/// The most bytes a `metadata` value may hold.
+pub(crate) const MAX_METADATA_BYTES: usize = 256;
+
+/// A start's `metadata`, checked, into the process's environment.
+pub(super) fn export_metadata(params: &mut StartParams) -> Result<(), ErrorObject> {
+    let Some(metadata) = params.metadata.take() else { return Ok(()) };
+    let fields = [
+        ("threadId", "CODEX_THREAD_ID", metadata.thread_id),
+        ("toolCallId", "CODEX_TOOL_CALL_ID", metadata.tool_call_id),
+    ];
+    for (field, variable, value) in fields {
+        let Some(value) = value else { continue };
+        if value.len() > MAX_METADATA_BYTES || value.contains(['\0', '\n', '\r']) {
+            return Err(ErrorObject::invalid_params(format!(
+                "metadata.{field} must be a string of at most {MAX_METADATA_BYTES} bytes without NUL or newline"
+            )));
+        }
+        params.env.insert(variable.to_owned(), value);
+    }
+    Ok(())
+}
+
+impl ProcessTable {
+    /// `process/start`, first half: checks the params, then hands the cwd check
+    /// and the fork to the spawner thread. The reply comes from
+    /// [`ProcessTable::next_started`]; until then [`ProcessTable::is_starting`].
+    pub(crate) fn begin_start(
+        &mut self,
+        request: RequestId,
+        mut params: StartParams,
+        shape: Shape,
+        roots: Arc<Roots>,
+    ) -> Result<Begun, ErrorObject> {
+        export_metadata(&mut params)?;
+        if params.argv.is_empty() {
+            return Err(ErrorObject::invalid_params("argv must not be empty"));
+        }
+        if params.process_id.len() > MAX_PROCESS_ID_BYTES {
+            return Err(too_long_id(&params.process_id));
+        }
+        if let Some(at) = params.argv.iter().position(|arg| arg.contains('\0')) {
+            return Err(ErrorObject::invalid_params(format!("argv[{at}] holds a NUL byte")));
+        }
+        if params.arg0.as_deref().is_some_and(|arg0| arg0.contains('\0')) {
+            return Err(ErrorObject::invalid_params("arg0 holds a NUL byte"));
+        }
+        if std::os::unix::ffi::OsStrExt::as_bytes(params.cwd.as_os_str()).contains(&0) {
+            return Err(ErrorObject::invalid_params("cwd holds a NUL byte"));
+        }
+        sandbox::check_request(params.sandbox.as_ref(), &self.limits.sandbox)?;
+        if let Some(name) = params.env.keys().find(|n| n.is_empty() || n.contains(['=', '\0'])) {
+            return Err(ErrorObject::invalid_params(format!(
+                "env name {name:?} is invalid: a name must be non-empty, without '=' or NUL"
+            )));
+        }
+        if let Some((name, _)) = params.env.iter().find(|(_, value)| value.contains('\0')) {
+            return Err(ErrorObject::invalid_params(format!(
+                "the value of env {name:?} holds a NUL byte"
+            )));
+        }
+        if self.entries.contains_key(&params.process_id) {
+            return Err(ErrorObject::invalid_request(format!(
+                "process {} already exists",
+                params.process_id
+            )));
+        }
+        let live = self.entries.values().filter(|e| e.is_running()).count();
+        // Whether this start can go depends on the starts under way (one with
+        // the same id, or the limit counting them): it waits for their outcome.
+        let same_id = self.starting.iter().any(|s| s.params.process_id == params.process_id);
+        let limit = self.limits.max_processes;
+        if same_id || (live < limit && live + self.starting.len() >= limit) {
+            return Ok(Begun::MustWait);
+        }
+        if live >= limit {
+            return Err(ErrorObject::invalid_request(format!(
+                "too many processes: the limit is {} live processes per connection",
+                self.limits.max_processes
+            )));
+        }
+        if !params.tty && params.size.is_some() {
+            return Err(ErrorObject::invalid_request(format!(
+                "size is only valid for a tty process, and process {} is not one",
+                params.process_id
+            )));
+        }
+        let tree_limits = crate::limits::resolve(params.limits.as_ref(), &self.limits.tree)?;
+        let charge = self.charge_start(&params)?;
+        registry::reap_disowned();
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        let work_params = params.clone();
+        let settings = self.limits.sandbox.clone();
+        let outcome = self.spawner.submit(Box::new(move || {
+            let cwd = roots.check_cwd(&work_params.cwd)?;
+            let mut policy =
+                sandbox::resolve(work_params.sandbox.as_ref(), &settings, &roots, &cwd.path)?;
+            if let Some(policy) = policy.as_mut() {
+                policy.exit_on_exec_failure = shape.exit_on_exec_failure;
+            }
+            let params = StartParams { cwd: cwd.path, ..work_params };
+            let confined = policy.as_ref().map(|policy| (policy, settings.helper.as_deref()));
+            // The server's own processes in a sandboxed tree: its trampoline
+            // and init, and the network helper.
+            let helpers = policy.as_ref().map_or(0, |policy| 2 + u64::from(policy.network));
+            let group = tree_limits
+                .map(|limits| crate::limits::Group::create(limits, helpers).map(Arc::new))
+                .transpose()
+                .map_err(|refusal| crate::limits::refused(&refusal))?;
+            let grouped = group.as_ref().map(|group| (group, settings.helper.as_deref()));
+            Entry::spawn(&params, cwd.dir.as_ref(), confined, grouped).map_err(|error| match error {
+                SpawnError::Io(error) if matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                    ErrorObject::internal(format!(
+                        "failed to start `{}`: {error}: the server is out of file descriptors (its limit, RLIMIT_NOFILE, is {}, and each process takes up to {FDS_PER_PROCESS})",
+                        params.argv[0],
+                        descriptor_limit()
+                    ))
+                }
+                SpawnError::Io(error) => {
+                    ErrorObject::internal(format!("failed to start `{}`: {error}", params.argv[0]))
+                }
+                SpawnError::Sandbox(reason) => ErrorObject::invalid_request(format!(
+                    "cannot sandbox `{}`: {reason}",
+                    params.argv[0]
+                )),
+            })
+        }));
+        self.starting.push_back(Starting { request, serial, params, shape, charge, outcome });
+        Ok(Begun::Spawning)
+    }
+
+    /// Charges what a start stores (argv, env and cwd while it starts; argv
+    /// and id while its entry lives) to the stored-command budgets of the
+    /// connection and the server; refused when it cannot fit.
+    pub(super) fn charge_start(&mut self, params: &StartParams) -> Result<Charge, ErrorObject> {
+        let cost = stored_cost(
+            params
+                .argv
+                .iter()
+                .chain([&params.process_id])
+                .chain(params.env.iter().flat_map(|(name, value)| [name, value]))
+                .chain(params.arg0.iter()),
+        ) + params.cwd.as_os_str().len();
+        let (connection, server) = (self.account.commands(), self.limits.server_account.commands());
+        if connection + cost > CONNECTION_COMMANDS || server + cost > SERVER_COMMANDS {
+            return Err(ErrorObject::invalid_request(format!(
+                "process/start refused: its argv, env and cwd take {cost} bytes, and stored commands may take {} more on this connection (of {CONNECTION_COMMANDS}) and {} more on the server (of {SERVER_COMMANDS}); forgotten processes give theirs back",
+                CONNECTION_COMMANDS.saturating_sub(connection),
+                SERVER_COMMANDS.saturating_sub(server),
+            )));
+        }
+        Ok(Charge::new(self.account.clone(), cost))
+    }
+
+    /// Whether a start waits for the spawner (later process requests wait too).
+    pub(crate) fn is_starting(&self) -> bool {
+        !self.starting.is_empty()
+    }
+
+    /// What the table's own background work finished: a start (its encoded
+    /// reply) or a `/proc` sweep (`None`). Pending forever while none runs.
+    pub(crate) async fn next_done(&mut self) -> Option<String> {
+        let starting = async {
+            match self.starting.front_mut() {
+                Some(starting) => (&mut starting.outcome).await,
+                None => std::future::pending().await,
+            }
+        };
+        let swept = async {
+            match self.sweeps.join_next().await {
+                Some(Ok(count)) => tracing::trace!(count, "sweep signalled processes"),
+                Some(Err(error)) => tracing::warn!(%error, "a process sweep failed"),
+                None => std::future::pending().await,
+            }
+        };
+        let outcome = tokio::select! {
+            outcome = starting => outcome,
+            () = swept => return None,
+        };
+        Some(self.finish_start(outcome))
+    }
+
+    /// `process/start`, second half: the entry and the encoded reply.
+    pub(super) fn finish_start(
+        &mut self,
+        outcome: Result<spawner::Outcome, tokio::sync::oneshot::error::RecvError>,
+    ) -> String {
+        let Some(Starting { request, serial, params, shape, mut charge, .. }) =
+            self.starting.pop_front()
+        else {
+            return String::new();
+        };
+        let outcome = outcome
+            .unwrap_or_else(|_| Err(ErrorObject::internal("the spawner thread is gone")))
+            .and_then(|spawned| {
+                let account = self.account.clone();
+                Entry::start(
+                    serial,
+                    &params,
+                    shape,
+                    spawned,
+                    &self.events,
+                    self.limits.retained_bytes,
+                    account,
+                )
+                .map_err(|error| {
+                    ErrorObject::internal(format!("failed to start `{}`: {error}", params.argv[0]))
+                })
+            });
+        let result = outcome.map(|mut entry| {
+            tracing::debug!(id = %params.process_id, pid = entry.pid, argv = ?params.argv, "started");
+            // The entry keeps its argv (and id), not the env and cwd.
+            charge.shrink_to(stored_cost(params.argv.iter().chain([&params.process_id])));
+            entry.stored = Some(charge);
+            if self.closing {
+                // The connection ended while it started: it goes at once.
+                let session = entry.signal_tree(&[Signal::KILL]);
+                self.sweep(vec![session], &[Signal::KILL]);
+            }
+            let sandbox_type = shape.start_sandbox_type(params.sandbox.as_ref(), entry.sandbox_type);
+            self.ids.insert(serial, params.process_id.clone());
+            self.entries.insert(params.process_id.clone(), entry);
+            StartResult { process_id: params.process_id.clone(), sandbox_type }
+        });
+        encode_response(&request, &result)
+    }
+}
