@@ -12,12 +12,13 @@ mod resume;
 mod routing;
 mod tunnel;
 mod watching;
+mod wire;
 mod ws;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
@@ -30,6 +31,7 @@ pub(crate) use self::resume::{Connector, Transport};
 use self::routing::{Route, Shared};
 pub use self::tunnel::Tunnel;
 pub use self::watching::Watch;
+use self::wire::{handshake, line_round_trip, read_loop, round_trip, sends_closed};
 use crate::dialect::{requests, Dialect};
 use crate::error::Error;
 use crate::protocol::*;
@@ -39,9 +41,6 @@ use crate::transport;
 
 /// How long [`Client::connect`] waits for the handshake by default.
 pub(crate) const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Longest line the client accepts (a 512 MiB `fs/readFile` is about 700 MiB of base64).
-const MAX_INCOMING_LINE: usize = 1 << 30;
-
 /// Options of [`Client::connect_with`].
 #[derive(Debug, Clone)]
 pub struct ClientOptions {
@@ -508,177 +507,8 @@ typed_calls! {
     rename: Rename;
 }
 
-/// Sends request `M` with `id` and awaits its decoded result.
-async fn round_trip<M: Method>(
-    shared: &Shared,
-    outgoing: &mpsc::Sender<String>,
-    id: RequestId,
-    params: &M::Params,
-) -> Result<M::Result, Error> {
-    let line = encode_request::<M>(&id, params)
-        .map_err(|e| Error::Encode(format!("{} params: {e}", M::NAME)))?;
-    let line = requests::request_line(shared.dialect(), line);
-    line_round_trip::<M>(shared, outgoing, id, line).await
-}
-
-/// Sends `line`, request `M` already encoded with `id`, and awaits its decoded result.
-async fn line_round_trip<M: Method>(
-    shared: &Shared,
-    outgoing: &mpsc::Sender<String>,
-    id: RequestId,
-    line: String,
-) -> Result<M::Result, Error> {
-    let (tx, rx) = oneshot::channel();
-    if resume::retryable(M::NAME, &line) {
-        shared.add_retryable(id.clone(), tx, &line)?;
-    } else {
-        shared.add_pending(id.clone(), tx)?;
-    }
-    if outgoing.send(line).await.is_err() {
-        shared.remove_pending(&id);
-        return Err(shared.closed_error());
-    }
-    let value = rx.await.map_err(|_| shared.closed_error())?.map_err(Error::Rpc)?;
-    serde_json::from_value(value)
-        .map_err(|e| Error::Protocol(format!("bad {} result: {e}", M::NAME)))
-}
-
-/// `initialize` (id 1) and the version check.
-async fn handshake(
-    shared: &Shared,
-    outgoing: &mpsc::Sender<String>,
-    params: InitializeParams,
-) -> Result<InitializeResult, Error> {
-    let info = round_trip::<Initialize>(shared, outgoing, RequestId::from(1), &params).await?;
-    check_server(shared.dialect(), &info)?;
-    Ok(info)
-}
-
-/// Whether the `initialize` result is of a server this client can speak to.
-fn check_server(dialect: Dialect, info: &InitializeResult) -> Result<(), Error> {
-    match dialect {
-        Dialect::V0 if info.protocol_version.is_empty() => Err(Error::Protocol(
-            "the server's initialize result has no protocolVersion (for a server of today's dialect, set ClientOptions::dialect to Dialect::Today)".into(),
-        )),
-        Dialect::V0 if info.protocol_version != PROTOCOL_VERSION => Err(Error::Protocol(format!(
-            "server speaks {}, not {PROTOCOL_VERSION}",
-            info.protocol_version
-        ))),
-        Dialect::Today if info.session_id.is_none() => Err(Error::Protocol(
-            "the server's initialize result has no sessionId (today's dialect needs one)".into(),
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// Whether the server sends `process/closed` (Part B), from its capabilities.
-fn sends_closed(info: &InitializeResult) -> bool {
-    info.capabilities
-        .as_ref()
-        .is_some_and(|c| c.notifications.iter().any(|n| n == ProcessClosed::NAME))
-}
-
-async fn read_loop<R: AsyncRead + Unpin>(reader: R, shared: Arc<Shared>) {
-    read_lines(reader, &shared).await;
-    shared.close();
-}
-
-/// Routes every message from `reader` until it ends.
-async fn read_lines<R: AsyncRead + Unpin>(reader: R, shared: &Shared) {
-    let mut reader = BufReader::with_capacity(transport::INPUT_BUFFER, reader);
-    // One buffer for every line: output notifications come by the thousand.
-    let mut line = Vec::new();
-    loop {
-        match transport::read_line_into(&mut reader, MAX_INCOMING_LINE, &mut line).await {
-            Ok(Some(true)) if shared.dispatch_fast(&line) => {}
-            Ok(Some(true)) => match Message::decode(&line) {
-                Ok(message) => shared.dispatch(message),
-                Err(error) => tracing::warn!(%error, "ignoring a malformed line from the server"),
-            },
-            Ok(Some(false)) => {
-                tracing::warn!("ignoring a line from the server over the size limit")
-            }
-            Ok(None) => break,
-            Err(error) => {
-                tracing::warn!(%error, "reading from the server failed");
-                break;
-            }
-        }
-    }
-}
-
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Convenience constructors for start params.
-impl StartParams {
-    /// A pipe process `argv` in `cwd`, with this process's PATH (if any) as its only variable.
-    pub fn new<I, S>(
-        process_id: impl Into<String>,
-        argv: I,
-        cwd: impl Into<std::path::PathBuf>,
-    ) -> StartParams
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        let mut env = std::collections::BTreeMap::new();
-        if let Ok(path) = std::env::var("PATH") {
-            env.insert("PATH".to_owned(), path);
-        }
-        StartParams {
-            process_id: process_id.into(),
-            argv: argv.into_iter().map(Into::into).collect(),
-            cwd: cwd.into(),
-            env,
-            tty: false,
-            arg0: None,
-            sandbox: None,
-            pipe_stdin: false,
-            size: None,
-            metadata: None,
-            limits: None,
-        }
-    }
-
-    /// Tells the process who asked: `CODEX_THREAD_ID` and `CODEX_TOOL_CALL_ID`
-    /// in its environment (each at most 256 bytes, without NUL or newline).
-    pub fn metadata(
-        mut self,
-        thread_id: Option<String>,
-        tool_call_id: Option<String>,
-    ) -> StartParams {
-        self.metadata = Some(StartMetadata { thread_id, tool_call_id });
-        self
-    }
-
-    /// Runs under a pseudo-terminal of `rows` x `cols`.
-    pub fn with_tty(mut self, rows: u16, cols: u16) -> StartParams {
-        self.tty = true;
-        self.size = Some(TtySize { rows, cols });
-        self
-    }
-
-    /// Gives a pipe process a writable stdin.
-    pub fn with_stdin(mut self) -> StartParams {
-        self.pipe_stdin = true;
-        self
-    }
-
-    /// Runs confined by `sandbox`, for example
-    /// `Sandbox::restricted(["/work"]).readable_roots(["/usr", "/work"]).network(false)`.
-    pub fn sandbox(mut self, sandbox: Sandbox) -> StartParams {
-        self.sandbox = Some(sandbox);
-        self
-    }
-
-    /// Runs with memory, process and CPU limits on its whole tree, for
-    /// example `ProcessLimits::new(Some(512 << 20), Some(64), Some(100))`.
-    pub fn limits(mut self, limits: crate::protocol::ProcessLimits) -> StartParams {
-        self.limits = Some(limits);
-        self
-    }
 }
 
 /// Watches whether a connection is closed.

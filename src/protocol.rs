@@ -7,6 +7,8 @@ mod http_types;
 mod limit_types;
 mod methods;
 pub(crate) mod names;
+mod process_types;
+mod sandbox_types;
 mod strict;
 mod today_types;
 mod tunnel_types;

@@ -23,7 +23,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use super::routing::Shared;
-use super::{handshake, read_lines, round_trip, sends_closed};
+use super::wire::{handshake, read_lines, round_trip, sends_closed};
 use crate::error::Error;
 use crate::protocol::*;
 use crate::transport;
@@ -35,9 +35,6 @@ const FIRST_PAUSE: Duration = Duration::from_millis(50);
 const MAX_PAUSE: Duration = Duration::from_secs(1);
 /// How long one attempt (connect and handshake) may take.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Methods that are safe to send again: they change nothing.
-const SAFE: [&str; 5] =
-    [ProcessRead::NAME, ProcessList::NAME, ReadFile::NAME, GetMetadata::NAME, ReadDirectory::NAME];
 
 /// One connection's byte streams, and a task that must live as long (a WebSocket bridge).
 pub(crate) struct Transport {
@@ -49,12 +46,6 @@ pub(crate) struct Transport {
 /// Opens a new connection to the same server.
 pub(crate) type Connector =
     Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<Transport, Error>> + Send>> + Send + Sync>;
-
-/// Whether the request `line` of `method` may be sent again after a resume.
-pub(crate) fn retryable(method: &str, line: &str) -> bool {
-    // Inside a JSON string a quote is escaped, so this key cannot come from a value.
-    SAFE.contains(&method) || (method == ProcessWrite::NAME && line.contains("\"writeId\":"))
-}
 
 /// One connection as the supervisor holds it. Dropped, its reader and its
 /// WebSocket bridge are aborted (a hung server cannot keep them), while the

@@ -8,8 +8,8 @@ use tokio::time::Instant;
 
 use std::sync::Arc;
 
-use super::*;
 use super::reads::MAX_PARKED;
+use super::*;
 use crate::fs::Roots;
 use crate::protocol::ReadParams;
 use crate::protocol::{RequestId, Stream};
