@@ -16,6 +16,7 @@ mod calls;
 mod exec;
 mod files;
 mod modern;
+mod rpc;
 mod sniff;
 mod text;
 mod tools;
@@ -36,6 +37,9 @@ use tokio::task::{AbortHandle, JoinSet};
 
 use self::exec::Exec;
 use self::files::Files;
+use self::rpc::{
+    error, result, Incoming, INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
+};
 use crate::client::lock;
 use crate::server::Config;
 use crate::transport;
@@ -60,22 +64,6 @@ struct Engine {
     roots: tokio::sync::watch::Sender<Option<Vec<PathBuf>>>,
     /// The file tools, made for the roots of the moment.
     files: tokio::sync::Mutex<Option<Arc<Files>>>,
-}
-
-/// A JSON-RPC 2.0 result line.
-fn result(id: &Value, result: Value) -> String {
-    json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
-}
-
-/// A JSON-RPC 2.0 error line.
-fn error(id: &Value, code: i64, message: &str) -> String {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
-}
-
-/// A JSON-RPC 2.0 error line with `data`.
-fn error_with_data(id: &Value, code: i64, message: &str, data: Value) -> String {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message, "data": data}})
-        .to_string()
 }
 
 /// What the server tells a client of itself.
@@ -176,7 +164,7 @@ where
         tokio::select! {
             line = lines.recv(), if linger.is_none() => match line {
                 Some(Some(line)) => session.on_line(&line).await,
-                Some(None) => session.send(error(&Value::Null, -32600, &format!("message is longer than the limit of {limit} bytes (--max-message-bytes); it was discarded"))).await,
+                Some(None) => session.send(error(&Value::Null, INVALID_REQUEST, &format!("message is longer than the limit of {limit} bytes (--max-message-bytes); it was discarded"))).await,
                 None => linger = Some(tokio::time::Instant::now() + EOF_LINGER),
             },
             () = tokio::time::sleep_until(until), if linger.is_some() => break,
@@ -241,35 +229,20 @@ impl Session {
             Ok(message) => message,
             Err(parse) => {
                 return self
-                    .send(error(&Value::Null, -32700, &format!("parse error: {parse}")))
+                    .send(error(&Value::Null, PARSE_ERROR, &format!("parse error: {parse}")))
                     .await
             }
         };
-        let id = message.get("id").cloned();
-        let params = message.get("params").cloned().unwrap_or(Value::Null);
-        let method = match message.get("method") {
-            None => None,
-            Some(Value::String(method)) => Some(method.clone()),
-            Some(_) => {
-                let id = id.unwrap_or(Value::Null);
-                return self
-                    .send(error(&id, -32600, "invalid request: method must be a string"))
-                    .await;
+        match Incoming::classify(message) {
+            Ok(Incoming::Request { id, method, params }) => {
+                self.on_request(&method, id, params).await
             }
-        };
-        if method.is_some() && message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-            if let Some(id) = id {
-                self.send(error(&id, -32600, "invalid request: jsonrpc must be \"2.0\"")).await;
+            Ok(Incoming::Notification { method, params }) => {
+                self.on_notification(&method, &params).await
             }
-            return;
-        }
-        match (method, id) {
-            (Some(method), Some(id)) => self.on_request(&method, id, params).await,
-            (Some(method), None) => self.on_notification(&method, &params).await,
-            (None, Some(id)) => self.on_response(&id, &message).await,
-            (None, None) => {
-                self.send(error(&Value::Null, -32600, "invalid request: no method and no id")).await
-            }
+            Ok(Incoming::Response { id, message }) => self.on_response(&id, &message).await,
+            Err(Some(refusal)) => self.send(refusal).await,
+            Err(None) => {}
         }
     }
 
@@ -285,11 +258,11 @@ impl Session {
         }
         let line = match method {
             "initialize" if self.initialized => {
-                error(&id, -32600, "initialize may only be sent once per connection")
+                error(&id, INVALID_REQUEST, "initialize may only be sent once per connection")
             }
             "tools/list" | "tools/call" if !self.initialized => error(
                 &id,
-                -32600,
+                INVALID_REQUEST,
                 "the connection is not initialized: send initialize first",
             ),
             "initialize" => {
@@ -317,10 +290,10 @@ impl Session {
             "tools/call" => return self.start_call(id, params, None),
             "server/discover" => error(
                 &id,
-                -32601,
+                METHOD_NOT_FOUND,
                 "method not found: server/discover (this connection speaks MCP 2025-06-18 and 2025-11-25 since its initialize)",
             ),
-            other => error(&id, -32601, &format!("method not found: {other}")),
+            other => error(&id, METHOD_NOT_FOUND, &format!("method not found: {other}")),
         };
         self.send(line).await;
     }
@@ -347,7 +320,7 @@ impl Session {
                 );
                 let roots = match modern::answered_roots(&params) {
                     Err(problem) => {
-                        error(&id, modern::INVALID_PARAMS, &format!("invalid params: {problem}"))
+                        error(&id, rpc::INVALID_PARAMS, &format!("invalid params: {problem}"))
                     }
                     Ok(Some(roots)) => return self.start_call(id, params, Some(roots)),
                     Ok(None) if envelope.roots && needs_roots => {
@@ -357,7 +330,7 @@ impl Session {
                 };
                 roots
             }
-            other => error(&id, -32601, &format!("method not found: {other}")),
+            other => error(&id, METHOD_NOT_FOUND, &format!("method not found: {other}")),
         };
         self.send(line).await;
     }
@@ -368,8 +341,8 @@ impl Session {
                 if self.client_roots =>
             {
                 self.asked += 1;
-                let ask = json!({"jsonrpc": "2.0", "id": format!("roots-{}", self.asked), "method": "roots/list"});
-                self.send(ask.to_string()).await;
+                let ask = rpc::request(&format!("roots-{}", self.asked), "roots/list", json!({}));
+                self.send(ask).await;
             }
             "notifications/cancelled" => {
                 let key = params.get("requestId").map(Value::to_string).unwrap_or_default();
@@ -412,15 +385,18 @@ impl Session {
         if self.running.contains_key(&key) {
             let line = error(
                 &id,
-                -32600,
+                INVALID_REQUEST,
                 &format!("request id {key} is already in use by a call under way"),
             );
             self.calls.spawn(async move { (String::new(), line) });
             return;
         }
         if self.running.len() >= MAX_CALLS {
-            let line =
-                error(&id, -32603, &format!("too many tool calls under way (at most {MAX_CALLS})"));
+            let line = error(
+                &id,
+                INTERNAL_ERROR,
+                &format!("too many tool calls under way (at most {MAX_CALLS})"),
+            );
             self.calls.spawn(async move { (String::new(), line) });
             return;
         }
@@ -459,10 +435,10 @@ where
         tokio::select! {
             done = &mut call => return done,
             _ = tick.tick() => {
-                let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
+                let progress = rpc::notification("notifications/progress", json!({
                     "progressToken": token, "progress": seconds, "message": format!("running for {seconds} s")
-                }});
-                let _ = out.send(progress.to_string()).await;
+                }));
+                let _ = out.send(progress).await;
                 seconds += PROGRESS_INTERVAL.as_secs();
             }
         }

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use super::exec::Command;
 use super::files::Files;
+use super::rpc::INVALID_PARAMS;
 use super::{Engine, ROOTS_WAIT};
 
 /// The longest wait an argument may ask for: an hour.
@@ -79,7 +80,7 @@ pub(super) async fn call(
     roots: Option<Vec<PathBuf>>,
 ) -> Result<Value, (i64, String)> {
     let Some(name) = params.get("name").and_then(Value::as_str) else {
-        return Err((-32602, "tools/call needs a tool name".to_owned()));
+        return Err((INVALID_PARAMS, "tools/call needs a tool name".to_owned()));
     };
     let empty = serde_json::Map::new();
     let call = Call { engine, started, limit, roots };
@@ -90,7 +91,7 @@ pub(super) async fn call(
     };
     match outcome {
         Some(outcome) => Ok(result(outcome)),
-        None => Err((-32602, format!("unknown tool: {name}"))),
+        None => Err((INVALID_PARAMS, format!("unknown tool: {name}"))),
     }
 }
 

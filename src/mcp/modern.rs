@@ -9,7 +9,8 @@ use std::path::PathBuf;
 
 use serde_json::{json, Map, Value};
 
-use super::{error_with_data, VERSIONS};
+use super::rpc::{error, error_with_data, INVALID_PARAMS, UNSUPPORTED_VERSION};
+use super::VERSIONS;
 
 /// The revision of this era.
 pub(super) const MODERN: &str = "2026-07-28";
@@ -17,10 +18,6 @@ pub(super) const MODERN: &str = "2026-07-28";
 const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
-/// The error code of an unsupported protocol version.
-pub(super) const UNSUPPORTED_VERSION: i64 = -32022;
-/// JSON-RPC's invalid params.
-pub(super) const INVALID_PARAMS: i64 = -32602;
 /// The key of the one input request this server makes.
 const ROOTS_REQUEST: &str = "roots";
 /// How long a client may cache `server/discover` and `tools/list` (they never change).
@@ -78,14 +75,14 @@ pub(super) fn envelope(id: &Value, params: &Value) -> Result<Envelope, String> {
     let version = meta.and_then(|m| m.get(PROTOCOL_VERSION));
     let capabilities = meta.and_then(|m| m.get(CLIENT_CAPABILITIES));
     let (Some(version), Some(capabilities)) = (version, capabilities) else {
-        return Err(super::error(
+        return Err(error(
             id,
             INVALID_PARAMS,
             &format!("invalid params: _meta must carry {PROTOCOL_VERSION} and {CLIENT_CAPABILITIES} (MCP {MODERN})"),
         ));
     };
     let Some(version) = version.as_str() else {
-        return Err(super::error(
+        return Err(error(
             id,
             INVALID_PARAMS,
             &format!("invalid params: _meta {PROTOCOL_VERSION} must be a string"),
@@ -95,7 +92,7 @@ pub(super) fn envelope(id: &Value, params: &Value) -> Result<Envelope, String> {
         return Err(unsupported(id, version));
     }
     let Some(capabilities) = capabilities.as_object() else {
-        return Err(super::error(
+        return Err(error(
             id,
             INVALID_PARAMS,
             &format!("invalid params: _meta {CLIENT_CAPABILITIES} must be an object"),
