@@ -51,16 +51,21 @@ pub(crate) fn hierarchy_of(controller: Controller) -> Result<Hierarchy, String> 
 /// The processes listed in a cgroup directory's `cgroup.procs`, but this
 /// one: a spawning thread of the server is listed while it is inside (v1),
 /// and the server is never a member to kill or wait for.
+/// The cgroups a member made below it (as root, unsandboxed, it may) count too.
 pub(crate) fn members(dir: &Path) -> Vec<u32> {
     let me = std::process::id();
-    std::fs::read_to_string(dir.join("cgroup.procs"))
+    let mut found: Vec<u32> = std::fs::read_to_string(dir.join("cgroup.procs"))
         .map(|text| {
             text.lines()
                 .filter_map(|line| line.trim().parse().ok())
                 .filter(|&pid| pid != me)
                 .collect()
         })
-        .unwrap_or_default()
+        .unwrap_or_default();
+    for child in file::children(dir) {
+        found.extend(members(&child));
+    }
+    found
 }
 
 /// The limits a start runs under: what it asks for, each unnamed one taken

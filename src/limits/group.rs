@@ -96,26 +96,25 @@ impl Group {
             let first = part.controllers[0];
             let server = server_dir::ensure(&part.home, part.version, &part.controllers)
                 .map_err(|reason| Refusal::new(first, reason))?;
-            part.dir = match janitor::take_spare(&server) {
-                Some(spare) => spare,
-                None => {
-                    let dir = janitor::fresh_name(&server);
-                    fs::create_dir(&dir).map_err(|error| {
-                        Refusal::new(first, format!("cannot create {}: {error}", dir.display()))
-                    })?;
-                    dir
-                }
-            };
-            group.parts.push(part);
-            let part = group
-                .parts
-                .last()
-                .map(|part| (part.version, part.dir.clone(), part.controllers.clone()));
-            if let Some((version, dir, controllers)) = part {
-                for controller in controllers {
-                    group.write_limit(version, &dir, controller)?;
+            // A spare that will not take this start's limits (its last tree
+            // left more charged than the new bound) goes; a fresh one is made.
+            if let Some(spare) = janitor::take_spare(&server) {
+                part.dir = spare;
+                match group.write_limits(&part) {
+                    Ok(()) => {
+                        group.parts.push(part);
+                        continue;
+                    }
+                    Err(_) => janitor::discard(vec![part.dir.clone()]),
                 }
             }
+            part.dir = janitor::fresh_name(&server);
+            fs::create_dir(&part.dir).map_err(|error| {
+                Refusal::new(first, format!("cannot create {}: {error}", part.dir.display()))
+            })?;
+            let written = group.write_limits(&part);
+            group.parts.push(part);
+            written?;
         }
         group.oom_base = group.oom_count();
         Ok(group)
@@ -124,6 +123,15 @@ impl Group {
     /// The limits the tree runs under.
     pub(crate) fn limits(&self) -> ProcessLimits {
         self.limits
+    }
+
+    /// Writes the limits of `part`'s controllers, as they stand while the
+    /// spawn is under way (see [`Group::spawn_inside`]).
+    fn write_limits(&self, part: &Part) -> Result<(), Refusal> {
+        for &controller in &part.controllers {
+            self.write_limit(part.version, &part.dir, controller)?;
+        }
+        Ok(())
     }
 
     fn write_limit(
@@ -137,57 +145,63 @@ impl Group {
         };
         let write =
             |file: &str, value: String| write(&dir.join(file), &value).map_err(|e| refuse(file, e));
+        // A file the kernel does not have here (no swap accounting) is skipped.
+        let optional = |file: &str, value: &str| match super::file::write(&dir.join(file), value) {
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+            other => other.map_err(|e| refuse(file, e)),
+        };
         match (controller, version) {
             (Controller::Memory, Version::V1) => {
-                let bytes = self.limits.memory_bytes.unwrap_or(u64::MAX);
-                write("memory.limit_in_bytes", bytes.to_string())?;
-                // With swap accounting, memory and swap together get the same bound.
-                match super::group::write(
-                    &dir.join("memory.memsw.limit_in_bytes"),
-                    &bytes.to_string(),
-                ) {
-                    Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-                    other => other.map_err(|e| refuse("memory.memsw.limit_in_bytes", e))?,
-                }
+                let bytes = self.limits.memory_bytes.unwrap_or(u64::MAX).to_string();
+                // Memory may not exceed memory+swap: lift that first (a
+                // spare holds its last tree's), then set both to the bound.
+                optional("memory.memsw.limit_in_bytes", "-1")?;
+                write("memory.limit_in_bytes", bytes.clone())?;
+                optional("memory.memsw.limit_in_bytes", &bytes)?;
             }
             (Controller::Memory, Version::V2) => {
                 let bytes = self.limits.memory_bytes.unwrap_or(u64::MAX);
                 write("memory.max", bytes.to_string())?;
-                match super::group::write(&dir.join("memory.swap.max"), "0") {
-                    Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-                    other => other.map_err(|e| refuse("memory.swap.max", e))?,
-                }
+                optional("memory.swap.max", "0")?;
             }
             (Controller::Pids, version) => {
-                // v1: one more while the spawning thread is inside (see `spawn_inside`).
+                // v1: one more while the spawning thread is inside.
                 let during = u64::from(version == Version::V1);
-                let max = self.pids_max.unwrap_or(u64::MAX).saturating_add(during);
-                write("pids.max", max.to_string())?;
+                write("pids.max", pids_value(self.pids_max, during))?;
             }
             (Controller::Cpu, Version::V1) => {
-                let quota = self.limits.cpu_percent.unwrap_or(0) * (CPU_PERIOD_US / 100);
+                // No quota while the spawning thread is inside: a spare whose
+                // last tree spent its period would hold up every start
+                // behind it. The quota is written once the thread is out.
                 write("cpu.cfs_period_us", CPU_PERIOD_US.to_string())?;
-                write("cpu.cfs_quota_us", quota.to_string())?;
+                write("cpu.cfs_quota_us", "-1".to_owned())?;
             }
             (Controller::Cpu, Version::V2) => {
-                let quota = self.limits.cpu_percent.unwrap_or(0) * (CPU_PERIOD_US / 100);
-                write("cpu.max", format!("{quota} {CPU_PERIOD_US}"))?;
+                write("cpu.max", format!("{} {CPU_PERIOD_US}", self.cpu_quota()))?;
             }
         }
         Ok(())
     }
 
-    /// Runs `spawn` so that the child it starts is born in this cgroup: for
-    /// v1 hierarchies the calling thread moves in for the spawn and back out
-    /// after; for a v2 one, `spawn` gets the program and argv to run instead
-    /// (the `join` trampoline, `exe` being this binary).
-    pub(crate) fn spawn_inside<T>(
+    /// The CFS quota of `cpuPercent`, per [`CPU_PERIOD_US`].
+    fn cpu_quota(&self) -> u64 {
+        self.limits.cpu_percent.unwrap_or(0) * (CPU_PERIOD_US / 100)
+    }
+
+    /// Runs `spawn` (which returns the child's pid) so that the child is
+    /// born in this cgroup: for v1 hierarchies the calling thread moves in
+    /// for the spawn and back out after, then the limits that would hold the
+    /// thread up (CPU) or count it (pids) are set to the tree's own; for a v2
+    /// one, `spawn` gets the program and argv to run instead (the `join`
+    /// trampoline, `exe` being this binary). A child whose cgroup could not
+    /// be put in order is killed: nothing runs with less than was asked.
+    pub(crate) fn spawn_inside(
         &self,
         exe: &Path,
         program: &Path,
         argv: &[CString],
-        spawn: impl FnOnce(&Path, &[CString]) -> io::Result<T>,
-    ) -> io::Result<T> {
+        spawn: impl FnOnce(&Path, &[CString]) -> io::Result<u32>,
+    ) -> io::Result<u32> {
         let (program, argv) = match self.parts.iter().find(|part| part.version == Version::V2) {
             Some(part) => join::wrap(exe, &part.dir.join("cgroup.procs"), program, argv)?,
             None => (program.to_path_buf(), argv.to_vec()),
@@ -197,6 +211,13 @@ impl Group {
             return spawn(&program, &argv);
         }
         let _moves = MOVES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // The way back is opened first: a thread that could not return must not leave.
+        for part in &v1 {
+            open_home(&part.home).map_err(|error| {
+                let tasks = part.home.join("tasks");
+                io::Error::new(error.kind(), format!("cannot enforce the limits: the server cannot move its threads back to {}: {error}", tasks.display()))
+            })?;
+        }
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() }.to_string();
         let mut moved = Vec::new();
@@ -206,22 +227,34 @@ impl Group {
             Ok::<(), io::Error>(())
         });
         let outcome = entered.and_then(|()| spawn(&program, &argv));
-        let mut back = Ok(());
+        let mut settled = Ok(());
         for part in moved {
             if let Err(error) = return_home(&part.home, &tid) {
                 tracing::error!(%error, cgroup = %part.home.display(), "a spawning thread cannot return to the server's cgroup");
-                back = Err(error);
+                settled = Err(error);
             }
         }
-        // The thread is out: the tree gets exactly its own share of pids.
-        if let (Some(max), Some(part)) =
-            (self.pids_max, v1.iter().find(|p| p.controllers.contains(&Controller::Pids)))
-        {
-            back = back.and(write(&part.dir.join("pids.max"), &max.to_string()));
+        for part in &v1 {
+            if part.controllers.contains(&Controller::Pids) {
+                let max = pids_value(self.pids_max, 0);
+                settled = settled.and(write(&part.dir.join("pids.max"), &max));
+            }
+            if part.controllers.contains(&Controller::Cpu) {
+                // The kernel refuses more than the server's own cgroup has;
+                // the tree is bounded by it anyway.
+                let quota = self.cpu_quota().min(home_cpu_quota(&part.home)).to_string();
+                settled = settled.and(write(&part.dir.join("cpu.cfs_quota_us"), &quota));
+            }
         }
-        match (outcome, back) {
-            (Ok(spawned), Ok(())) => Ok(spawned),
-            (Ok(_), Err(error)) | (Err(error), _) => Err(error),
+        match (outcome, settled) {
+            (Ok(pid), Ok(())) => Ok(pid),
+            (Ok(pid), Err(error)) => {
+                // SAFETY: kill with our own unreaped child's pid (it cannot
+                // have been reused); the orphan reaper reaps it.
+                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                Err(error)
+            }
+            (Err(error), _) => Err(error),
         }
     }
 
@@ -271,14 +304,40 @@ impl Drop for Group {
 /// The server's own `tasks` files, kept open: every spawn writes to them.
 static HOMES: Mutex<Vec<(PathBuf, fs::File)>> = Mutex::new(Vec::new());
 
-/// Moves thread `tid` back to the server's cgroup `home`.
-fn return_home(home: &Path, tid: &str) -> io::Result<()> {
-    use std::io::Write;
+/// Opens the server's `tasks` file in `home`, once.
+fn open_home(home: &Path) -> io::Result<()> {
     let mut homes = HOMES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if !homes.iter().any(|(dir, _)| dir == home) {
         let file = fs::OpenOptions::new().write(true).open(home.join("tasks"))?;
         homes.push((home.to_path_buf(), file));
     }
+    Ok(())
+}
+
+/// Moves thread `tid` back to the server's cgroup `home` (opened by [`open_home`]).
+fn return_home(home: &Path, tid: &str) -> io::Result<()> {
+    use std::io::Write;
+    let mut homes = HOMES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let file = homes.iter_mut().find(|(dir, _)| dir == home).map(|(_, file)| file);
-    file.ok_or_else(|| io::Error::other("no tasks file"))?.write_all(tid.as_bytes())
+    file.ok_or_else(|| io::Error::other("the tasks file was not opened"))?.write_all(tid.as_bytes())
+}
+
+/// The CPU quota of the server's own cgroup `home` (v1) per
+/// [`CPU_PERIOD_US`], or `u64::MAX` when it has none.
+fn home_cpu_quota(home: &Path) -> u64 {
+    let read = |file: &str| fs::read_to_string(home.join(file)).ok()?.trim().parse::<i64>().ok();
+    match (read("cpu.cfs_quota_us"), read("cpu.cfs_period_us")) {
+        (Some(quota), Some(period)) if quota > 0 && period > 0 => {
+            (quota as u64).saturating_mul(CPU_PERIOD_US) / period as u64
+        }
+        _ => u64::MAX,
+    }
+}
+
+/// Linux's most pids (`PID_MAX_LIMIT`): `pids.max` takes no more.
+const PID_MAX: u64 = 4 * 1024 * 1024;
+
+/// `pids.max` for `max` processes and `extra` more, within what the kernel takes.
+fn pids_value(max: Option<u64>, extra: u64) -> String {
+    max.map_or_else(|| "max".to_owned(), |max| max.saturating_add(extra).min(PID_MAX).to_string())
 }

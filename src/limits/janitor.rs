@@ -19,6 +19,10 @@ use std::time::{Duration, Instant};
 const SPARES: usize = 2;
 /// How long a spare waits for a start before it is removed.
 const SPARE_IDLE: Duration = Duration::from_secs(2);
+/// The most memory an emptied cgroup may still have charged (page cache the
+/// tree read) to become a spare; more (tmpfs files the tree left, which
+/// stay charged) would count against the next tree: it is removed instead.
+const SPARE_CHARGE: u64 = 4 * 1024 * 1024;
 
 /// Numbers start directories across the whole server.
 static NEXT: AtomicU64 = AtomicU64::new(1);
@@ -27,7 +31,10 @@ static READY: Mutex<Option<Spares>> = Mutex::new(None);
 
 /// Spare directories and when each became one, by server directory.
 type Spares = HashMap<PathBuf, Vec<(PathBuf, Instant)>>;
-static JANITOR: OnceLock<Mutex<Sender<Vec<PathBuf>>>> = OnceLock::new();
+/// Directories handed back, and whether they may become spares.
+type Job = (Vec<PathBuf>, bool);
+
+static JANITOR: OnceLock<Mutex<Sender<Job>>> = OnceLock::new();
 
 /// A new start directory's path in `server` (not made).
 pub(crate) fn fresh_name(server: &Path) -> PathBuf {
@@ -37,14 +44,25 @@ pub(crate) fn fresh_name(server: &Path) -> PathBuf {
 /// A spare directory of `server`, if one is ready.
 pub(crate) fn take_spare(server: &Path) -> Option<PathBuf> {
     let mut ready = ready();
-    ready.get_or_insert_with(HashMap::new).get_mut(server).and_then(Vec::pop).map(|(dir, _)| dir)
+    let spares = ready.get_or_insert_with(HashMap::new).get_mut(server)?;
+    spares.pop().map(|(dir, _)| dir)
 }
 
 /// Hands back the start directories `dirs`: spares or removed, once empty.
 pub(crate) fn release(dirs: Vec<PathBuf>) {
+    send(dirs, true);
+}
+
+/// Removes `dirs` once empty, never keeping them as spares (a spare that
+/// took no limits).
+pub(crate) fn discard(dirs: Vec<PathBuf>) {
+    send(dirs, false);
+}
+
+fn send(dirs: Vec<PathBuf>, recycle: bool) {
     let sender = JANITOR.get_or_init(|| Mutex::new(start()));
     let sender = sender.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if sender.send(dirs).is_err() {
+    if sender.send((dirs, recycle)).is_err() {
         tracing::warn!("the cgroup janitor is gone; empty cgroups are left");
     }
 }
@@ -56,17 +74,18 @@ fn ready() -> std::sync::MutexGuard<'static, Option<Spares>> {
 struct Waiting {
     dir: PathBuf,
     since: Instant,
+    recycle: bool,
 }
 
 /// Looks at each dir once: an empty one becomes a spare or is removed; the
 /// ones still in use are pushed on `waiting`.
-fn settle(dirs: Vec<(PathBuf, Instant)>, waiting: &mut Vec<Waiting>) {
-    for (dir, since) in dirs {
+fn settle(dirs: Vec<Waiting>, waiting: &mut Vec<Waiting>) {
+    for Waiting { dir, since, recycle } in dirs {
         if !super::members(&dir).is_empty() {
-            waiting.push(Waiting { dir, since });
+            waiting.push(Waiting { dir, since, recycle });
             continue;
         }
-        if let Some(server) = dir.parent() {
+        if let Some(server) = dir.parent().filter(|_| recycle && can_be_spare(&dir)) {
             let mut ready = ready();
             let spares =
                 ready.get_or_insert_with(HashMap::new).entry(server.to_path_buf()).or_default();
@@ -80,18 +99,28 @@ fn settle(dirs: Vec<(PathBuf, Instant)>, waiting: &mut Vec<Waiting>) {
                 continue;
             }
         }
-        remove(dir, since, waiting);
+        remove(Waiting { dir, since, recycle: false }, waiting);
     }
 }
 
-fn remove(dir: PathBuf, since: Instant, waiting: &mut Vec<Waiting>) {
-    match std::fs::remove_dir(&dir) {
+/// Whether an emptied cgroup may serve the next start: nothing made below
+/// it, and little memory left charged to it.
+fn can_be_spare(dir: &Path) -> bool {
+    let charged = ["memory.usage_in_bytes", "memory.current"]
+        .iter()
+        .find_map(|file| std::fs::read_to_string(dir.join(file)).ok())
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    super::file::children(dir).is_empty() && charged <= SPARE_CHARGE
+}
+
+fn remove(gone: Waiting, waiting: &mut Vec<Waiting>) {
+    match super::file::remove_tree(&gone.dir) {
         Ok(()) => {}
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-        Err(error) if error.raw_os_error() == Some(libc::EBUSY) => {
-            waiting.push(Waiting { dir, since })
+        Err(error) if error.raw_os_error() == Some(libc::EBUSY) => waiting.push(gone),
+        Err(error) => {
+            tracing::warn!(%error, cgroup = %gone.dir.display(), "cannot remove a cgroup")
         }
-        Err(error) => tracing::warn!(%error, cgroup = %dir.display(), "cannot remove a cgroup"),
     }
 }
 
@@ -101,7 +130,7 @@ fn expire_spares() -> bool {
     let Some(ready) = ready.as_mut() else { return false };
     for spares in ready.values_mut() {
         spares.retain(|(dir, since)| {
-            let keep = since.elapsed() < SPARE_IDLE || std::fs::remove_dir(dir).is_err();
+            let keep = since.elapsed() < SPARE_IDLE || super::file::remove_tree(dir).is_err();
             if !keep {
                 tracing::trace!(cgroup = %dir.display(), "removed an idle spare cgroup");
             }
@@ -112,8 +141,8 @@ fn expire_spares() -> bool {
     !ready.is_empty()
 }
 
-fn start() -> Sender<Vec<PathBuf>> {
-    let (sender, receiver) = mpsc::channel::<Vec<PathBuf>>();
+fn start() -> Sender<Job> {
+    let (sender, receiver) = mpsc::channel::<Job>();
     let spawned = std::thread::Builder::new().name("exec-server-cgroups".into()).spawn(move || {
         let mut waiting: Vec<Waiting> = Vec::new();
         let mut spares = false;
@@ -127,13 +156,14 @@ fn start() -> Sender<Vec<PathBuf>> {
                 receiver.recv_timeout(pause)
             };
             match next {
-                Ok(dirs) => {
-                    let now = Instant::now();
-                    settle(dirs.into_iter().map(|dir| (dir, now)).collect(), &mut waiting);
+                Ok((dirs, recycle)) => {
+                    let since = Instant::now();
+                    let dirs = dirs.into_iter().map(|dir| Waiting { dir, since, recycle });
+                    settle(dirs.collect(), &mut waiting);
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     let retry = std::mem::take(&mut waiting);
-                    settle(retry.into_iter().map(|w| (w.dir, w.since)).collect(), &mut waiting);
+                    settle(retry, &mut waiting);
                 }
                 Err(RecvTimeoutError::Disconnected) => return,
             }

@@ -1,8 +1,9 @@
 //! The server's own directory in each hierarchy, `exec-server-PID` beside
 //! (v1) or below (v2) its cgroup, made at the first limited start. Its
-//! children are the starts' cgroups. Made once per hierarchy; when it is
-//! made, what a dead server left there is removed (what is empty of it: the
-//! watcher of a server that died killed its trees). A v2 directory needs the
+//! children are the starts' cgroups. Made once per hierarchy; the watcher
+//! removes it when the server ends, however it ends. (Another server does
+//! not remove it: in another PID namespace, a live server's pid can look
+//! dead.) A v2 directory needs the
 //! controllers delegated: the server's processes move to a leaf
 //! (`exec-server-PID/server`, since a v2 cgroup with processes cannot hand
 //! controllers to its children) and the controllers are enabled on the way.
@@ -36,14 +37,10 @@ pub(crate) fn ensure(
             if made.contains_key(home) {
                 return Ok(dir);
             }
-            remove_stale(home);
             make(&dir)?;
         }
         Version::V2 => {
             // Every call: a later start may need a controller not enabled yet.
-            if !made.contains_key(home) {
-                remove_stale(home);
-            }
             delegate(home, &dir, controllers, std::process::id())?;
         }
     }
@@ -109,34 +106,10 @@ fn parent_of(pid: u32) -> Option<u32> {
     stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Removes what servers that are gone left under `home`: their start
-/// directories that are empty, then their own directory.
-fn remove_stale(home: &Path) {
-    let Ok(entries) = fs::read_dir(home) else { return };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) =
-            name.to_str().and_then(|n| n.strip_prefix(PREFIX)).and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
-            remove_all(&entry.path());
-        }
-    }
-}
-
-/// Removes a server directory: each start directory (which must be empty),
-/// then the directory itself. What cannot be removed is left and logged.
+/// Removes a server directory with the cgroups below it (each must be
+/// empty of processes). What cannot be removed is left and logged.
 pub(crate) fn remove_all(dir: &Path) {
-    if let Ok(children) = fs::read_dir(dir) {
-        for child in children.flatten().filter(|c| c.file_type().is_ok_and(|t| t.is_dir())) {
-            if let Err(error) = fs::remove_dir(child.path()) {
-                tracing::warn!(%error, cgroup = %child.path().display(), "cannot remove a cgroup");
-            }
-        }
-    }
-    if let Err(error) = fs::remove_dir(dir) {
+    if let Err(error) = super::file::remove_tree(dir) {
         tracing::warn!(%error, cgroup = %dir.display(), "cannot remove a cgroup");
     }
 }

@@ -35,6 +35,20 @@ pub(crate) struct SpawnLock {
 /// tries again.
 pub(crate) fn lock_for_spawn() -> io::Result<SpawnLock> {
     let leaders = lock();
+    start_watcher_locked()?;
+    Ok(SpawnLock { leaders })
+}
+
+/// Starts the watcher, when the binary wants one and none runs yet: before
+/// the first cgroup is made (it removes them too).
+pub(crate) fn start_watcher() -> io::Result<()> {
+    let _leaders = lock();
+    start_watcher_locked()
+}
+
+/// [`start_watcher`] with the registry locked (the orphan reaper must not
+/// see the watcher before it is known).
+fn start_watcher_locked() -> io::Result<()> {
     if WATCHER_WANTED.load(Ordering::Relaxed) && WATCHER.get().is_none() {
         let (pid, pipe) = super::watcher::spawn().map_err(|error| {
             io::Error::new(
@@ -47,7 +61,7 @@ pub(crate) fn lock_for_spawn() -> io::Result<SpawnLock> {
         let _ = WATCHER_PID.set(pid);
         let _ = WATCHER.set(Mutex::new(pipe));
     }
-    Ok(SpawnLock { leaders })
+    Ok(())
 }
 
 /// Whether the binary wants a watcher (started at the first spawn).

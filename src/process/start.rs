@@ -146,15 +146,31 @@ impl ProcessTable {
             if let Some(policy) = policy.as_mut() {
                 policy.exit_on_exec_failure = shape.exit_on_exec_failure;
             }
+            if let (Some(policy), Some(_)) = (policy.as_mut(), tree_limits) {
+                policy.keep_cgroups_read_only().map_err(|reason| {
+                    ErrorObject::invalid_request(format!(
+                        "process/start refused: cannot enforce the limits in this sandbox: {reason}"
+                    ))
+                })?;
+            }
             let params = StartParams { cwd: cwd.path, ..work_params };
             let confined = policy.as_ref().map(|policy| (policy, settings.helper.as_deref()));
             // The server's own processes in a sandboxed tree: its trampoline
             // and init, and the network helper.
             let helpers = policy.as_ref().map_or(0, |policy| 2 + u64::from(policy.network));
-            let group = tree_limits
-                .map(|limits| crate::limits::Group::create(limits, helpers).map(Arc::new))
-                .transpose()
-                .map_err(|refusal| crate::limits::refused(&refusal))?;
+            let group = match tree_limits {
+                Some(limits) => {
+                    // The watcher learns of the cgroups as they are made: a
+                    // SIGKILLed server leaves none, even mid-start.
+                    registry::start_watcher().map_err(|error| {
+                        ErrorObject::internal(format!("failed to start `{}`: {error}", params.argv[0]))
+                    })?;
+                    let group = crate::limits::Group::create(limits, helpers);
+                    registry::watch_cgroups(&crate::limits::server_dirs());
+                    Some(Arc::new(group.map_err(|refusal| crate::limits::refused(&refusal))?))
+                }
+                None => None,
+            };
             let grouped = group.as_ref().map(|group| (group, settings.helper.as_deref()));
             Entry::spawn(&params, cwd.dir.as_ref(), confined, grouped).map_err(|error| match error {
                 SpawnError::Io(error) if matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {

@@ -18,7 +18,7 @@ pub const MAX_CPU_PERCENT: u64 = 100_000;
 /// Each is optional; a server's defaults (`--limit-memory`,
 /// `--limit-processes`, `--limit-cpu`) fill in the ones a start leaves out.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ProcessLimits {
     /// Memory of the whole tree, in bytes (at least 1 MiB).
@@ -102,6 +102,27 @@ fn limit<'de, D: Deserializer<'de>>(
     }
 }
 
+/// `limits` of `process/start`: an object of known members, or null. A
+/// misspelled member is refused, never read as "no limit".
+pub(crate) fn object<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<ProcessLimits>, D::Error> {
+    match Option::<serde_json::Value>::deserialize(deserializer)? {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(value @ serde_json::Value::Object(_)) => {
+            serde_json::from_value(value).map(Some).map_err(|e| {
+                let message = e.to_string();
+                let named = message.starts_with("limits.");
+                serde::de::Error::custom(if named { message } else { format!("limits: {message}") })
+            })
+        }
+        Some(other) => Err(serde::de::Error::custom(format!(
+            "limits must be an object of memoryBytes, processes and cpuPercent, not {}",
+            Kind(&other)
+        ))),
+    }
+}
+
 fn memory_bytes<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
     limit(MEMORY, deserializer)
 }
@@ -157,6 +178,34 @@ mod tests {
         for (json, message) in refused {
             let error = parse(json).expect_err(json);
             assert!(error.starts_with(message), "{json}: {error}");
+        }
+    }
+
+    #[test]
+    fn limits_are_an_object_of_known_members() {
+        #[derive(Debug, serde::Deserialize)]
+        struct Start {
+            #[serde(default, deserialize_with = "object")]
+            limits: Option<ProcessLimits>,
+        }
+        let parse = |json: &str| {
+            serde_json::from_str::<Start>(json).map(|s| s.limits).map_err(|e| e.to_string())
+        };
+        assert_eq!(parse(r#"{"limits":null}"#), Ok(None));
+        assert_eq!(
+            parse(r#"{"limits":{"processes":3}}"#),
+            Ok(Some(ProcessLimits::new(None, Some(3), None)))
+        );
+        let misspelled = parse(r#"{"limits":{"memoryByte":1048576}}"#).unwrap_err();
+        assert!(misspelled.starts_with("limits: unknown field `memoryByte`, expected one of `memoryBytes`, `processes`, `cpuPercent`"), "{misspelled}");
+        for json in [r#"{"limits":[67108864,32]}"#, r#"{"limits":[]}"#, r#"{"limits":5}"#] {
+            let error = parse(json).unwrap_err();
+            assert!(
+                error.starts_with(
+                    "limits must be an object of memoryBytes, processes and cpuPercent, not "
+                ),
+                "{json}: {error}"
+            );
         }
     }
 

@@ -69,7 +69,11 @@ pub struct StartParams {
     pub metadata: Option<StartMetadata>,
     /// Memory, process and CPU limits on the process and all its
     /// descendants together (Part B; see PROTOCOL.md, Limits).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::limit_types::object"
+    )]
     pub limits: Option<super::ProcessLimits>,
 }
 

@@ -452,3 +452,81 @@ async fn a_sigkilled_servers_trees_and_cgroups_go_with_it() {
     crate::support::wait_dead(escaped).await;
     until(&format!("{} to go", dir.display()), || !dir.exists()).await;
 }
+
+#[tokio::test]
+async fn a_spare_takes_a_higher_limit_and_the_kernels_ceiling_is_accepted() {
+    if !root_or_skip("cgroup limits") {
+        return;
+    }
+    let mut server = Binary::ready(&[]).await;
+    let server_pid = server.child.id().unwrap();
+    server
+        .result("process/start", limited("low", &["true"], json!({"memoryBytes": 32 * MIB})))
+        .await;
+    server.notification("process/closed", "low").await;
+    let dirs = start_dirs(server_pid, "memory");
+    let limit = || read_u64(&dirs[0].join("memory.limit_in_bytes"));
+    assert_eq!(limit(), 32 * MIB);
+    // The spare kept its memory+swap bound of 32 MiB; a higher one still goes in.
+    let spare = || read_u64(&dirs[0].join("memory.max_usage_in_bytes")) < 32 * MIB;
+    until("the cgroup to become a spare", spare).await;
+    server
+        .result("process/start", limited("high", &["true"], json!({"memoryBytes": 64 * MIB})))
+        .await;
+    assert_eq!(limit(), 64 * MIB);
+    assert_eq!(server.notification("process/exited", "high").await["exitCode"], 0);
+    let most = json!({"processes": 4_194_304});
+    server.result("process/start", limited("most", &["true"], most)).await;
+    assert_eq!(server.notification("process/exited", "most").await["exitCode"], 0);
+}
+
+#[tokio::test]
+async fn limits_are_an_object_of_known_members() {
+    let mut server = Binary::ready(&[]).await;
+    let error =
+        server.error("process/start", limited("x", &["true"], json!({"memoryByte": MIB}))).await;
+    assert_eq!(error["code"], -32602);
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("invalid params for process/start: limits: unknown field `memoryByte`"),
+        "{message}"
+    );
+    let error = server.error("process/start", limited("y", &["true"], json!([67108864, 32]))).await;
+    assert_eq!(
+        error["message"],
+        "invalid params for process/start: limits must be an object of memoryBytes, processes and cpuPercent, not an array"
+    );
+}
+
+#[tokio::test]
+async fn a_writable_root_over_the_cgroups_stays_read_only_for_a_limited_start() {
+    if !root_or_skip("cgroup limits") {
+        return;
+    }
+    let mut server = Binary::ready(&[]).await;
+    let pids = server_dir(server.child.id().unwrap(), "pids");
+    let script = format!(
+        "echo max > {0}/*/pids.max && echo RAISED; echo $$ > /sys/fs/cgroup/pids/cgroup.procs && echo MOVED; grep :pids: /proc/self/cgroup",
+        pids.display()
+    );
+    let mut params = sandboxed(
+        "w",
+        &["sh", "-c", &script],
+        "/tmp",
+        json!({}),
+        json!({"mode": "restricted", "writableRoots": ["/"]}),
+    );
+    params["limits"] = json!({"processes": 8});
+    server.result("process/start", params).await;
+    let (output, _) = run_started(&mut server, "w").await;
+    assert!(!output.contains("RAISED") && !output.contains("MOVED"), "{output}");
+    assert!(output.contains("Read-only file system"), "{output}");
+    let inside = json!({"mode": "restricted", "writableRoots": ["/sys/fs/cgroup/pids"]});
+    let mut params = sandboxed("i", &["true"], "/tmp", json!({}), inside);
+    params["limits"] = json!({"processes": 8});
+    let error = server.error("process/start", params).await;
+    assert_eq!(
+        error,
+        json!({"code": -32600, "message": "process/start refused: cannot enforce the limits in this sandbox: the writable root /sys/fs/cgroup/pids is inside /sys/fs/cgroup: the process could change its own limits"})
+    );
+}
