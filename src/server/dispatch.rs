@@ -7,22 +7,24 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use serde_json::Value;
-use tokio::time::Instant;
 
 use tokio::sync::oneshot;
 
+mod lifecycle;
+mod processes;
+
 use super::fs_calls::{Call, FsCalls};
-use super::reply::{call, decode, error_reply, reply};
+use super::reply::{decode, error_reply, reply};
 use super::{Handoff, Sessions};
 use crate::dialect::inbound::{self, Inbound};
-use crate::dialect::{outbound, Dialect, Numbering};
+use crate::dialect::{Dialect, Numbering};
 use crate::fs::Roots;
 use crate::hold::ServerRoom;
 use crate::http::{HttpEvent, Requests};
 use crate::ports::{Ports, PortsWake};
-use crate::process::{Begun, ProcessTable, ReadOutcome};
+use crate::process::ProcessTable;
 use crate::protocol::*;
-use crate::sessions::{ClaimError, Wake};
+use crate::sessions::Wake;
 use crate::transport::Incoming;
 use crate::transport::Line;
 use crate::tunnel::{TunnelEvent, Tunnels};
@@ -474,151 +476,6 @@ impl State {
     pub(super) fn on_ports(&mut self, wake: PortsWake, out: &mut Vec<Line>) {
         let table = &self.table;
         self.ports.on_wake(wake, || table.roster(), out);
-    }
-
-    /// A process request whose turn has come.
-    fn on_process_request(
-        &mut self,
-        id: RequestId,
-        method: String,
-        params: Value,
-        spoken: Spoken,
-        out: &mut Vec<Line>,
-    ) -> Turn {
-        let dialect = spoken.0;
-        let roots = &self.roots;
-        let table = &mut self.table;
-        // A write's refusal is a status for a client of today's dialect.
-        let write_dialect = if self.today { Dialect::Today } else { dialect };
-        let line = match method.as_str() {
-            ProcessStart::NAME => {
-                let raw = params.clone();
-                let started = decode::<ProcessStart>(params).and_then(|p| {
-                    ProcessTable::check_cwd(&p.cwd)?;
-                    let shape = outbound::start_shape(spoken.0, spoken.1);
-                    table.begin_start(id.clone(), p, shape, roots.clone())
-                });
-                match started {
-                    Ok(Begun::Spawning) => return Turn::Done(None),
-                    Ok(Begun::MustWait) => {
-                        return Turn::Wait(Request { id, method, params: raw });
-                    }
-                    Err(error) => error_reply(&id, error),
-                }
-            }
-            ProcessRead::NAME => {
-                let outcome = decode::<ProcessRead>(params)
-                    .and_then(|p| table.read(id.clone(), p, Instant::now()));
-                match outcome {
-                    Ok(ReadOutcome::Parked) => return Turn::Done(None),
-                    Ok(ReadOutcome::Ready(line)) => {
-                        out.push(line);
-                        return Turn::Done(None);
-                    }
-                    Err(error) => reply::<ProcessRead>(&id, Err(error)),
-                }
-            }
-            ProcessWrite::NAME => call::<ProcessWrite>(&id, params, |p| {
-                table.write(p).or_else(|(status, error)| {
-                    status.and_then(|s| outbound::write_refusal(write_dialect, s)).ok_or(error)
-                })
-            }),
-            ProcessTerminate::NAME => call::<ProcessTerminate>(&id, params, |p| {
-                if p.process_id.len() > crate::process::MAX_PROCESS_ID_BYTES {
-                    return Err(crate::process::too_long_id(&p.process_id));
-                }
-                Ok(table.terminate(p, Instant::now()))
-            }),
-            ProcessSignal::NAME => call::<ProcessSignal>(&id, params, |p| table.signal(p)),
-            ProcessResize::NAME => {
-                call::<ProcessResize>(&id, params, |p| table.resize(p).map(|()| Empty {}))
-            }
-            ProcessList::NAME => call::<ProcessList>(&id, params, |_| Ok(table.list())),
-            SessionEnd::NAME => {
-                let ending = &mut self.ending;
-                call::<SessionEnd>(&id, params, |_| {
-                    table.end_session();
-                    *ending = Ending::Ended;
-                    Ok(Empty {})
-                })
-            }
-            other => {
-                let error = ErrorObject::new(
-                    codes::METHOD_NOT_FOUND,
-                    format!("method {other} is listed but not dispatched"),
-                );
-                error_reply(&id, error)
-            }
-        };
-        Turn::Done(Some(line))
-    }
-
-    /// The lifecycle check of A.2 for every method but `initialize`.
-    fn check_ready(&self, method: &str) -> Result<(), ErrorObject> {
-        let area = match method {
-            EnvironmentInfo::NAME => "environment info",
-            EnvironmentStatus::NAME => "environment status",
-            SessionEnd::NAME => "session",
-            m if m.starts_with("tunnel/") => "tunnel",
-            m if m.starts_with("ports/") => "ports",
-            m if m.starts_with("http/") => "http",
-            m if m.starts_with("fs/") => "filesystem",
-            _ => "exec",
-        };
-        match self.phase {
-            Phase::New => Err(ErrorObject::invalid_request(format!(
-                "client must call initialize before using {area} methods"
-            ))),
-            Phase::Initializing => Err(ErrorObject::invalid_request(format!(
-                "client must send initialized before using {area} methods"
-            ))),
-            Phase::Ready => Ok(()),
-        }
-    }
-
-    /// `initialize`: the result now, or `None` when it resumes another
-    /// session (which answers once it has the link).
-    fn initialize(
-        &mut self,
-        id: &RequestId,
-        params: InitializeParams,
-    ) -> Result<Option<InitializeResult>, ErrorObject> {
-        if self.phase != Phase::New {
-            return Err(ErrorObject::invalid_request(
-                "initialize may only be sent once per connection",
-            ));
-        }
-        tracing::info!(client = %params.client_name, "initialize");
-        self.resumable = params.resumable;
-        if let Some(resume) = params.resume_session_id {
-            let claimed = match &self.sessions {
-                Some(sessions) => sessions.claim(&resume, params.takeover),
-                // Over stdio a session ends with its connection: nothing to resume.
-                None => Err(ClaimError::Unknown(resume.clone())),
-            };
-            let wake = claimed.map_err(|error| error.to_error())?;
-            self.claimed = Some((wake, id.clone(), resume.into()));
-            return Ok(None);
-        }
-        self.phase = Phase::Initializing;
-        Ok(Some(self.initialize_result()))
-    }
-
-    fn initialize_result(&self) -> InitializeResult {
-        InitializeResult {
-            protocol_version: PROTOCOL_VERSION.to_owned(),
-            server_info: Some(ServerInfo {
-                name: env!("CARGO_PKG_NAME").to_owned(),
-                version: env!("CARGO_PKG_VERSION").to_owned(),
-            }),
-            capabilities: Some(Capabilities {
-                methods: METHODS.iter().map(|m| (*m).to_owned()).collect(),
-                notifications: NOTIFICATIONS.iter().map(|n| (*n).to_owned()).collect(),
-                features: FEATURES.iter().map(|f| (*f).to_owned()).collect(),
-            }),
-            session_id: Some(self.session_id.to_string()),
-            environment_info: Some(crate::dialect::environment_info()),
-        }
     }
 }
 
