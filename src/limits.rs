@@ -6,7 +6,8 @@
 //! server's place in it), `server_dir` (the server's own directory there,
 //! and the delegation a v2 one needs), `group` (one start's cgroup: made,
 //! limited, spawned into, counted), `join` (the v2 trampoline), `janitor`
-//! (removes empty cgroups). The process table uses [`Group`] and knows
+//! (keeps emptied cgroups as spares or removes them), `file` (the interface
+//! files). The process table uses [`Group`] and knows
 //! nothing of hierarchies; nothing here knows the process table.
 
 mod file;
@@ -20,7 +21,7 @@ pub(crate) use self::group::{Group, Refusal};
 pub(crate) use self::join::run_if_joining;
 pub(crate) use self::server_dir::{all as server_dirs, remove_all as remove_server_dir};
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use serde_json::{json, Value};
@@ -42,6 +43,15 @@ fn detected() -> &'static [Result<Hierarchy, String>; 3] {
     })
 }
 
+/// Where the cgroup hierarchies are mounted here (read once).
+pub(crate) fn mount_points() -> &'static [PathBuf] {
+    static POINTS: OnceLock<Vec<PathBuf>> = OnceLock::new();
+    POINTS.get_or_init(|| {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        hierarchy::mount_points(&mountinfo)
+    })
+}
+
 /// `controller`'s hierarchy here, or why there is none.
 pub(crate) fn hierarchy_of(controller: Controller) -> Result<Hierarchy, String> {
     let index = Controller::ALL.iter().position(|c| *c == controller).unwrap_or(0);
@@ -53,19 +63,24 @@ pub(crate) fn hierarchy_of(controller: Controller) -> Result<Hierarchy, String> 
 /// and the server is never a member to kill or wait for.
 /// The cgroups a member made below it (as root, unsandboxed, it may) count too.
 pub(crate) fn members(dir: &Path) -> Vec<u32> {
+    let mut found = own_members(dir);
+    for child in file::children(dir) {
+        found.extend(members(&child));
+    }
+    found
+}
+
+/// The processes of `dir` itself (not of the cgroups below it), but this one.
+pub(crate) fn own_members(dir: &Path) -> Vec<u32> {
     let me = std::process::id();
-    let mut found: Vec<u32> = std::fs::read_to_string(dir.join("cgroup.procs"))
+    std::fs::read_to_string(dir.join("cgroup.procs"))
         .map(|text| {
             text.lines()
                 .filter_map(|line| line.trim().parse().ok())
                 .filter(|&pid| pid != me)
                 .collect()
         })
-        .unwrap_or_default();
-    for child in file::children(dir) {
-        found.extend(members(&child));
-    }
-    found
+        .unwrap_or_default()
 }
 
 /// The limits a start runs under: what it asks for, each unnamed one taken

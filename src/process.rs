@@ -3,9 +3,16 @@
 //! The table is owned by the server loop and never locked. Process tasks report
 //! through [`ProcEvent`]s; the loop hands them to [`ProcessTable::on_event`], and
 //! calls [`ProcessTable::on_timers`] when [`ProcessTable::next_deadline`] passes.
-//! Encoded messages for the client are pushed onto an outbox `Vec<String>` in order.
-//! Nothing here blocks: `/proc` sweeps run as blocking tasks the table owns
-//! (the loop polls [`ProcessTable::next_sweep`]), and reaping never waits.
+//! Encoded messages for the client are pushed onto an outbox `Vec<Line>` in order.
+//! Nothing here waits on another party: `/proc` sweeps and cgroup kills run as
+//! blocking tasks the table owns (the loop polls [`ProcessTable::next_done`]),
+//! reaping never waits, and a limited process's exit reads one counter of its
+//! cgroup (a kernel file, answered from memory).
+//!
+//! Layout: `start`, `reads`, `stdin` and `ending` are the table's methods by
+//! job; `entry` is one process; `spawner`, `spawn` and `launch` start one;
+//! `pumps`, `output`, `timers` serve it; `registry`, `watcher` and `tree`
+//! keep what outlives a connection.
 
 mod ending;
 mod entry;

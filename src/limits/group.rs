@@ -3,7 +3,7 @@
 //! anything runs in it; the spawn is put inside (cgroup v1: the spawning
 //! thread moves in for the spawn, so the child is born inside; cgroup v2,
 //! where a thread cannot move alone: the child joins through the `join`
-//! trampoline before it execs); removed by the janitor once it empties.
+//! trampoline before it execs); handed to the janitor once it empties.
 
 use std::ffi::CString;
 use std::fs;

@@ -97,6 +97,12 @@ pub(crate) fn find(
     ))
 }
 
+/// Where every cgroup hierarchy (v1 or v2) is mounted.
+pub(crate) fn mount_points(mountinfo: &str) -> Vec<PathBuf> {
+    let mounts = mountinfo.lines().filter_map(Mount::parse);
+    mounts.filter(|m| m.fstype == "cgroup" || m.fstype == "cgroup2").map(|m| m.point).collect()
+}
+
 /// One line of `/proc/self/mountinfo`, the fields that matter here.
 struct Mount {
     root: String,
@@ -131,10 +137,15 @@ fn unescape(field: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let octal = bytes.get(i + 1..i + 4).filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        // Three octal digits make at most 0o777: above a byte they stay text.
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)))
+            .map(|d| d.iter().fold(0u16, |value, digit| value * 8 + u16::from(digit - b'0')))
+            .and_then(|value| u8::try_from(value).ok());
         match (bytes[i], octal) {
-            (b'\\', Some(d)) => {
-                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+            (b'\\', Some(byte)) => {
+                out.push(byte);
                 i += 4;
             }
             (byte, _) => {
@@ -200,6 +211,14 @@ mod tests {
     }
 
     #[test]
+    fn every_hierarchy_is_a_mount_point() {
+        let points = mount_points(V1_MOUNTS);
+        let expected =
+            ["cpu", "memory", "pids", "unified"].map(|c| PathBuf::from("/sys/fs/cgroup").join(c));
+        assert_eq!(points, expected);
+    }
+
+    #[test]
     fn no_hierarchy_is_named() {
         assert_eq!(
             find(Controller::Pids, "1 0 8:1 / / rw - ext4 /dev/vda rw\n", "0::/\n", |_| None),
@@ -215,5 +234,6 @@ mod tests {
             find(Controller::Memory, mounts, "4:memory:/lxc/c1/job\n", |_| None).map(|h| h.dir),
             Ok(PathBuf::from("/sys/fs/cgroup/my memory/job"))
         );
+        assert_eq!(unescape("a\\777b\\101"), "a\\777bA");
     }
 }

@@ -4,7 +4,7 @@
 //! next start in its server directory (at most two are kept; a fresh cgroup
 //! costs the kernel more to enter than a used one) or is removed. While a
 //! member lives it is looked at again, every 100 ms for the first second and
-//! every second after, until the tree is gone (its session's end kills what
+//! every 500 ms after, until the tree is gone (its session's end kills what
 //! is left). A spare unused for two seconds is removed, so an idle server
 //! keeps no cgroup. The thread sleeps on its channel while nothing waits.
 
@@ -141,6 +141,9 @@ fn expire_spares() -> bool {
     !ready.is_empty()
 }
 
+/// Starts the thread. It lives as long as the process (its sender is in a
+/// static, like the process registry's state): nothing it holds outlives
+/// the work, and it sleeps while there is none.
 fn start() -> Sender<Job> {
     let (sender, receiver) = mpsc::channel::<Job>();
     let spawned = std::thread::Builder::new().name("exec-server-cgroups".into()).spawn(move || {

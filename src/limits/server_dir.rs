@@ -1,6 +1,7 @@
 //! The server's own directory in each hierarchy, `exec-server-PID` beside
 //! (v1) or below (v2) its cgroup, made at the first limited start. Its
-//! children are the starts' cgroups. Made once per hierarchy; the watcher
+//! children are the starts' cgroups. Made once per hierarchy (a v2 one gets
+//! controllers enabled as starts need them); the watcher
 //! removes it when the server ends, however it ends. (Another server does
 //! not remove it: in another PID namespace, a live server's pid can look
 //! dead.) A v2 directory needs the
@@ -40,8 +41,10 @@ pub(crate) fn ensure(
             make(&dir)?;
         }
         Version::V2 => {
-            // Every call: a later start may need a controller not enabled yet.
-            delegate(home, &dir, controllers, std::process::id())?;
+            // The server's processes move out once; controllers are enabled
+            // at every call (a later start may need one not enabled yet).
+            let first = !made.contains_key(home);
+            delegate(home, &dir, controllers, std::process::id(), first)?;
         }
     }
     made.insert(home.to_path_buf(), dir.clone());
@@ -70,14 +73,16 @@ pub(crate) fn delegate(
     dir: &Path,
     controllers: &[Controller],
     me: u32,
+    first: bool,
 ) -> Result<(), String> {
     make(dir)?;
     // Only the root cgroup has no `cgroup.type`, and only it may hold
     // processes while its children have controllers.
-    if home.join("cgroup.type").exists() {
+    if first && home.join("cgroup.type").exists() {
         let leaf = dir.join("server");
         make(&leaf)?;
-        let members = super::members(home);
+        // The home's own processes only: the starts' cgroups below are not its.
+        let members = super::own_members(home);
         // Checked before anything moves: all of them are ours, or none moves.
         if let Some(pid) = members.iter().find(|&&pid| pid != me && parent_of(pid) != Some(me)) {
             return Err(format!(
@@ -143,19 +148,26 @@ mod tests {
         ] {
             fs::write(home.join(file), "").unwrap();
         }
-        delegate(&home, &dir, &[Controller::Memory, Controller::Pids], std::process::id()).unwrap();
-        assert_eq!(
-            fs::read_to_string(home.join("cgroup.subtree_control")).unwrap(),
-            "+memory +pids"
-        );
-        assert_eq!(
-            fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap(),
-            "+memory +pids"
-        );
+        delegate(&home, &dir, &[Controller::Memory, Controller::Pids], std::process::id(), true)
+            .unwrap();
+        for file in ["cgroup.subtree_control", "exec-server-7/cgroup.subtree_control"] {
+            assert_eq!(fs::read_to_string(home.join(file)).unwrap(), "+memory +pids");
+        }
         assert_eq!(
             fs::read_to_string(dir.join("server/cgroup.procs")).unwrap(),
             std::process::id().to_string()
         );
+        // A later start: a tree's process below is neither moved nor refused;
+        // only the controllers it needs are enabled.
+        fs::create_dir_all(dir.join("1")).unwrap();
+        fs::write(dir.join("1/cgroup.procs"), "1\n").unwrap();
+        // (A plain file keeps what was written before: emptied as the kernel's would read.)
+        for file in ["server/cgroup.procs", "cgroup.subtree_control"] {
+            fs::write(dir.join(file), "").unwrap();
+        }
+        delegate(&home, &dir, &[Controller::Cpu], std::process::id(), false).unwrap();
+        assert_eq!(fs::read_to_string(dir.join("server/cgroup.procs")).unwrap(), "");
+        assert_eq!(fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap(), "+cpu");
         fs::remove_dir_all(&home).unwrap();
     }
 
@@ -164,9 +176,14 @@ mod tests {
         let home = temp("shared");
         fs::write(home.join("cgroup.type"), "domain\n").unwrap();
         fs::write(home.join("cgroup.procs"), "1\n").unwrap();
-        let error =
-            delegate(&home, &home.join("exec-server-7"), &[Controller::Cpu], std::process::id())
-                .unwrap_err();
+        let error = delegate(
+            &home,
+            &home.join("exec-server-7"),
+            &[Controller::Cpu],
+            std::process::id(),
+            true,
+        )
+        .unwrap_err();
         assert!(error.contains("holds a process that is not the server's (pid 1)"), "{error}");
         assert!(!home.join("cgroup.subtree_control").exists());
         fs::remove_dir_all(&home).unwrap();

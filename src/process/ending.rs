@@ -74,8 +74,10 @@ impl ProcessTable {
     /// Drops the entry of `id`; its session lingers (see `lingering`).
     pub(super) fn forget(&mut self, id: &str) {
         let Some(entry) = self.entries.remove(id) else { return };
-        // A cgroup still in use (a background job) lingers too, to be killed at the end.
-        if let Some(group) = entry.group.clone().filter(|group| !group.members().is_empty()) {
+        // Its cgroup lingers too, to be killed at the end if a background job
+        // is still in it (looked at off the loop then: a member may have made
+        // any number of cgroups below it).
+        if let Some(group) = entry.group.clone() {
             self.lingering_groups.push_back(group);
             if self.lingering_groups.len() > MAX_LINGERING {
                 self.lingering_groups.pop_front();

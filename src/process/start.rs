@@ -71,7 +71,7 @@ pub(super) fn export_metadata(params: &mut StartParams) -> Result<(), ErrorObjec
 impl ProcessTable {
     /// `process/start`, first half: checks the params, then hands the cwd check
     /// and the fork to the spawner thread. The reply comes from
-    /// [`ProcessTable::next_started`]; until then [`ProcessTable::is_starting`].
+    /// [`ProcessTable::next_done`]; until then [`ProcessTable::is_starting`].
     pub(crate) fn begin_start(
         &mut self,
         request: RequestId,
@@ -147,7 +147,7 @@ impl ProcessTable {
                 policy.exit_on_exec_failure = shape.exit_on_exec_failure;
             }
             if let (Some(policy), Some(_)) = (policy.as_mut(), tree_limits) {
-                policy.keep_cgroups_read_only().map_err(|reason| {
+                policy.keep_cgroups_read_only(crate::limits::mount_points()).map_err(|reason| {
                     ErrorObject::invalid_request(format!(
                         "process/start refused: cannot enforce the limits in this sandbox: {reason}"
                     ))
@@ -280,6 +280,9 @@ impl ProcessTable {
                 // The connection ended while it started: it goes at once.
                 let session = entry.signal_tree(&[Signal::KILL]);
                 self.sweep(vec![session], &[Signal::KILL]);
+                if let Some(group) = entry.group.clone() {
+                    self.sweeps.spawn_blocking(move || super::tree::kill_groups(&[group]));
+                }
             }
             let sandbox_type = shape.start_sandbox_type(params.sandbox.as_ref(), entry.sandbox_type);
             self.ids.insert(serial, params.process_id.clone());

@@ -100,28 +100,25 @@ fn pins<'a>(map: &AccessMap, inner: impl Iterator<Item = &'a PathBuf>) -> Vec<Pa
     pinned
 }
 
-/// Where the cgroup hierarchies are mounted.
-const CGROUP_ROOT: &str = "/sys/fs/cgroup";
-
 impl Policy {
-    /// For a start with limits: its view of the cgroup filesystem stays
-    /// read-only even under a writable root that covers it (`/`, `/sys`),
-    /// so that the tree cannot change or leave its cgroup. A writable root
-    /// inside it cannot be made so, and is refused.
-    pub(crate) fn keep_cgroups_read_only(&mut self) -> Result<(), String> {
-        let cgroups = Path::new(CGROUP_ROOT);
-        if !cgroups.is_dir() {
-            return Ok(());
-        }
-        if let Some(inside) = self.writable.iter().find(|root| root.starts_with(cgroups)) {
-            return Err(format!(
-                "the writable root {} is inside {CGROUP_ROOT}: the process could change its own limits",
-                inside.display()
-            ));
-        }
-        let covered = self.writable.iter().any(|root| cgroups.starts_with(root));
-        if covered && !self.read_only.iter().any(|path| path == cgroups) {
-            self.read_only.push(cgroups.to_path_buf());
+    /// For a start with limits: its view of every cgroup hierarchy (mounted
+    /// at `mounts`, as the host's mount table says) stays read-only, even
+    /// under a writable root that covers it (`/`, `/sys`), so that the tree
+    /// cannot change or leave its cgroup. A writable root inside one cannot
+    /// be made so, and is refused.
+    pub(crate) fn keep_cgroups_read_only(&mut self, mounts: &[PathBuf]) -> Result<(), String> {
+        for mount in mounts.iter().filter(|mount| mount.is_dir()) {
+            if let Some(inside) = self.writable.iter().find(|root| root.starts_with(mount)) {
+                return Err(format!(
+                    "the writable root {} is inside the cgroup hierarchy {}: the process could change its own limits",
+                    inside.display(),
+                    mount.display()
+                ));
+            }
+            let covered = self.writable.iter().any(|root| mount.starts_with(root));
+            if covered && !self.read_only.contains(mount) {
+                self.read_only.push(mount.clone());
+            }
         }
         Ok(())
     }

@@ -1,7 +1,10 @@
-//! Connection state and request dispatch: lifecycle checks, params decoding, one match over methods.
+//! Connection state and request dispatch: one match over methods.
 //!
-//! Process requests are handled here, on the loop, in arrival order (none of
-//! them blocks); fs requests are handed to [`FsCalls`] and answered when done.
+//! The lifecycle (`initialize`, what may come before it) is in
+//! `dispatch/lifecycle.rs`; process requests, handled on the loop in arrival
+//! order (none of them blocks), in `dispatch/processes.rs`; params decoding
+//! and answers in `reply.rs`. fs requests are handed to [`FsCalls`] and
+//! answered when done.
 
 use std::collections::VecDeque;
 use std::sync::Arc;

@@ -527,6 +527,6 @@ async fn a_writable_root_over_the_cgroups_stays_read_only_for_a_limited_start() 
     let error = server.error("process/start", params).await;
     assert_eq!(
         error,
-        json!({"code": -32600, "message": "process/start refused: cannot enforce the limits in this sandbox: the writable root /sys/fs/cgroup/pids is inside /sys/fs/cgroup: the process could change its own limits"})
+        json!({"code": -32600, "message": "process/start refused: cannot enforce the limits in this sandbox: the writable root /sys/fs/cgroup/pids is inside the cgroup hierarchy /sys/fs/cgroup/pids: the process could change its own limits"})
     );
 }
