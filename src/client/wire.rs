@@ -9,7 +9,11 @@ use tokio::sync::{mpsc, oneshot};
 use super::routing::Shared;
 use crate::dialect::{requests, Dialect};
 use crate::error::Error;
-use crate::protocol::*;
+use crate::protocol::{
+    encode_request, GetMetadata, Initialize, InitializeParams, InitializeResult, Message, Method,
+    NotificationMethod, ProcessClosed, ProcessList, ProcessRead, ProcessWrite, ReadDirectory,
+    ReadFile, RequestId, PROTOCOL_VERSION,
+};
 use crate::transport;
 
 /// Longest line the client accepts (a 512 MiB `fs/readFile` is about 700 MiB of base64).

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use super::file::write;
 use super::hierarchy::{Controller, Hierarchy, Version};
 use super::{janitor, join, server_dir};
-use crate::protocol::ProcessLimits;
+use crate::protocol::{ProcessLimits, MAX_PROCESSES};
 
 /// CFS period the CPU limit is written against (100 ms, the kernel's default).
 const CPU_PERIOD_US: u64 = 100_000;
@@ -334,10 +334,11 @@ fn home_cpu_quota(home: &Path) -> u64 {
     }
 }
 
-/// Linux's most pids (`PID_MAX_LIMIT`): `pids.max` takes no more.
-const PID_MAX: u64 = 4 * 1024 * 1024;
-
-/// `pids.max` for `max` processes and `extra` more, within what the kernel takes.
+/// `pids.max` for `max` processes and `extra` more, within what the kernel
+/// takes (`PID_MAX_LIMIT`, which is also the most a start may ask for).
 fn pids_value(max: Option<u64>, extra: u64) -> String {
-    max.map_or_else(|| "max".to_owned(), |max| max.saturating_add(extra).min(PID_MAX).to_string())
+    max.map_or_else(
+        || "max".to_owned(),
+        |max| max.saturating_add(extra).min(MAX_PROCESSES).to_string(),
+    )
 }

@@ -1,8 +1,6 @@
 //! Resource limits of a started process tree (Part B): what `process/start`
 //! asks for, what `process/list` shows, and which limit ended a process.
 
-use std::fmt;
-
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// The least `memoryBytes` a start may ask for: below this nothing execs.
@@ -97,7 +95,7 @@ fn limit<'de, D: Deserializer<'de>>(
             field.name,
             field.min,
             field.max,
-            Kind(&other)
+            super::json_kind(&other)
         ))),
     }
 }
@@ -118,7 +116,7 @@ pub(crate) fn object<'de, D: Deserializer<'de>>(
         }
         Some(other) => Err(serde::de::Error::custom(format!(
             "limits must be an object of memoryBytes, processes and cpuPercent, not {}",
-            Kind(&other)
+            super::json_kind(&other)
         ))),
     }
 }
@@ -133,21 +131,6 @@ fn processes<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, 
 
 fn cpu_percent<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
     limit(CPU, deserializer)
-}
-
-/// A JSON value named by its kind, for messages.
-struct Kind<'a>(&'a serde_json::Value);
-
-impl fmt::Display for Kind<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self.0 {
-            serde_json::Value::Bool(_) => "a boolean",
-            serde_json::Value::String(_) => "a string",
-            serde_json::Value::Array(_) => "an array",
-            serde_json::Value::Object(_) => "an object",
-            serde_json::Value::Null | serde_json::Value::Number(_) => "a number",
-        })
-    }
 }
 
 #[cfg(test)]

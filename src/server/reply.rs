@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::protocol::*;
+use crate::protocol::{encode_response, json_kind, Empty, ErrorObject, Method, RequestId};
 
 /// Decodes params (absent or null counts as `{}`), else -32602 with the decoder's message.
 pub(super) fn decode<M: Method>(params: Value) -> Result<M::Params, ErrorObject> {

@@ -1,7 +1,11 @@
 //! The connection's lifecycle: `initialize`, and which requests may come before it.
 
 use super::{Phase, State};
-use crate::protocol::*;
+use crate::protocol::{
+    Capabilities, EnvironmentInfo, EnvironmentStatus, ErrorObject, InitializeParams,
+    InitializeResult, Method, RequestId, ServerInfo, SessionEnd, FEATURES, METHODS, NOTIFICATIONS,
+    PROTOCOL_VERSION,
+};
 use crate::sessions::ClaimError;
 
 impl State {

@@ -6,7 +6,10 @@ use tokio::time::Instant;
 use super::{Ending, Spoken, State, Turn};
 use crate::dialect::{outbound, Dialect};
 use crate::process::{Begun, ProcessTable, ReadOutcome};
-use crate::protocol::*;
+use crate::protocol::{
+    codes, Empty, ErrorObject, Method, ProcessList, ProcessRead, ProcessResize, ProcessSignal,
+    ProcessStart, ProcessTerminate, ProcessWrite, Request, RequestId, SessionEnd,
+};
 use crate::server::reply::{call, decode, error_reply, reply};
 use crate::transport::Line;
 
