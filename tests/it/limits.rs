@@ -459,22 +459,22 @@ async fn a_spare_takes_a_higher_limit_and_the_kernels_ceiling_is_accepted() {
         return;
     }
     let mut server = Binary::ready(&[]).await;
-    let server_pid = server.child.id().unwrap();
-    server
-        .result("process/start", limited("low", &["true"], json!({"memoryBytes": 32 * MIB})))
-        .await;
-    server.notification("process/closed", "low").await;
-    let dirs = start_dirs(server_pid, "memory");
-    let limit = || read_u64(&dirs[0].join("memory.limit_in_bytes"));
-    assert_eq!(limit(), 32 * MIB);
-    // The spare kept its memory+swap bound of 32 MiB; a higher one still goes in.
-    let spare = || read_u64(&dirs[0].join("memory.max_usage_in_bytes")) < 32 * MIB;
-    until("the cgroup to become a spare", spare).await;
-    server
-        .result("process/start", limited("high", &["true"], json!({"memoryBytes": 64 * MIB})))
-        .await;
-    assert_eq!(limit(), 64 * MIB);
-    assert_eq!(server.notification("process/exited", "high").await["exitCode"], 0);
+    // Lower and higher bounds by turns: an emptied cgroup becomes a spare
+    // for the next start, whose bound it must take whether it is above or
+    // below the last one's (memory+swap included). Before the fix most of
+    // the higher ones were refused (EINVAL).
+    for n in 0..20 {
+        let id = format!("m{n}");
+        let bytes = if n % 2 == 0 { 32 * MIB } else { 64 * MIB };
+        server
+            .result("process/start", limited(&id, &["true"], json!({"memoryBytes": bytes})))
+            .await;
+        assert_eq!(server.notification("process/exited", &id).await["exitCode"], 0);
+        let list = server.result("process/list", json!({})).await;
+        let entry =
+            list["processes"].as_array().unwrap().iter().find(|p| p["processId"] == id).cloned();
+        assert_eq!(entry.unwrap()["limits"], json!({"memoryBytes": bytes}));
+    }
     let most = json!({"processes": 4_194_304});
     server.result("process/start", limited("most", &["true"], most)).await;
     assert_eq!(server.notification("process/exited", "most").await["exitCode"], 0);
