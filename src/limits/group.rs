@@ -14,7 +14,8 @@ use std::sync::Mutex;
 
 use super::file::write;
 use super::hierarchy::{Controller, Hierarchy, Version};
-use super::{janitor, join, server_dir};
+use super::janitor::{self, Retired};
+use super::{join, server_dir};
 use crate::protocol::{ProcessLimits, MAX_PROCESSES};
 
 /// CFS period the CPU limit is written against (100 ms, the kernel's default).
@@ -55,6 +56,8 @@ pub(crate) struct Group {
     /// spare may have served an earlier start).
     oom_base: u64,
     released: AtomicBool,
+    /// Set by the janitor once the cgroup is empty and handed on.
+    retired: Retired,
 }
 
 /// Serialises the moves of spawning threads: the one `tasks` write each way.
@@ -91,6 +94,7 @@ impl Group {
             pids_max,
             oom_base: 0,
             released: AtomicBool::new(false),
+            retired: Retired::default(),
         };
         for mut part in parts {
             let first = part.controllers[0];
@@ -281,8 +285,15 @@ impl Group {
             .unwrap_or(0)
     }
 
-    /// The processes in the cgroup now (none once it is removed).
+    /// The processes in the cgroup now (none once it is retired: emptied and
+    /// handed on).
     pub(crate) fn members(&self) -> Vec<u32> {
+        // Once retired, its cgroup may hold another start's tree: never ours
+        // to kill. (Read before the file: a read that sees a new owner's
+        // member is followed by one that sees the flag.)
+        if self.retired.load(Ordering::SeqCst) {
+            return Vec::new();
+        }
         self.parts.first().map(|part| super::members(&part.dir)).unwrap_or_default()
     }
 
@@ -290,7 +301,8 @@ impl Group {
     /// removes them once they are empty; later calls do nothing.
     pub(crate) fn release(&self) {
         if !self.released.swap(true, Ordering::AcqRel) {
-            janitor::release(self.parts.iter().map(|part| part.dir.clone()).collect());
+            let dirs = self.parts.iter().map(|part| part.dir.clone()).collect();
+            janitor::release(dirs, self.retired.clone());
         }
     }
 }

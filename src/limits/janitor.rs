@@ -10,9 +10,9 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Spare start directories kept per server directory.
@@ -31,8 +31,13 @@ static READY: Mutex<Option<Spares>> = Mutex::new(None);
 
 /// Spare directories and when each became one, by server directory.
 type Spares = HashMap<PathBuf, Vec<(PathBuf, Instant)>>;
-/// Directories handed back, and whether they may become spares.
-type Job = (Vec<PathBuf>, bool);
+/// Directories handed back, and the flag their group reads as "retired"
+/// (None: a spare never used, which may not become one again).
+type Job = (Vec<PathBuf>, Option<Retired>);
+
+/// Set once a group's cgroup is empty and handed on (kept as a spare or
+/// removed): from then on its members are another start's, never its own.
+pub(crate) type Retired = Arc<AtomicBool>;
 
 static JANITOR: OnceLock<Mutex<Sender<Job>>> = OnceLock::new();
 
@@ -48,21 +53,22 @@ pub(crate) fn take_spare(server: &Path) -> Option<PathBuf> {
     spares.pop().map(|(dir, _)| dir)
 }
 
-/// Hands back the start directories `dirs`: spares or removed, once empty.
-pub(crate) fn release(dirs: Vec<PathBuf>) {
-    send(dirs, true);
+/// Hands back the start directories `dirs` of a group: spares or removed,
+/// once empty; `retired` is set before either.
+pub(crate) fn release(dirs: Vec<PathBuf>, retired: Retired) {
+    send(dirs, Some(retired));
 }
 
 /// Removes `dirs` once empty, never keeping them as spares (a spare that
 /// took no limits).
 pub(crate) fn discard(dirs: Vec<PathBuf>) {
-    send(dirs, false);
+    send(dirs, None);
 }
 
-fn send(dirs: Vec<PathBuf>, recycle: bool) {
+fn send(dirs: Vec<PathBuf>, retired: Option<Retired>) {
     let sender = JANITOR.get_or_init(|| Mutex::new(start()));
     let sender = sender.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if sender.send((dirs, recycle)).is_err() {
+    if sender.send((dirs, retired)).is_err() {
         tracing::warn!("the cgroup janitor is gone; empty cgroups are left");
     }
 }
@@ -74,17 +80,22 @@ fn ready() -> std::sync::MutexGuard<'static, Option<Spares>> {
 struct Waiting {
     dir: PathBuf,
     since: Instant,
-    recycle: bool,
+    retired: Option<Retired>,
 }
 
 /// Looks at each dir once: an empty one becomes a spare or is removed; the
 /// ones still in use are pushed on `waiting`.
 fn settle(dirs: Vec<Waiting>, waiting: &mut Vec<Waiting>) {
-    for Waiting { dir, since, recycle } in dirs {
+    for Waiting { dir, since, retired } in dirs {
         if !super::members(&dir).is_empty() {
-            waiting.push(Waiting { dir, since, recycle });
+            waiting.push(Waiting { dir, since, retired });
             continue;
         }
+        // Its group lets go before anyone else can enter it.
+        let recycle = retired.is_some_and(|retired| {
+            retired.store(true, Ordering::SeqCst);
+            true
+        });
         if let Some(server) = dir.parent().filter(|_| recycle && can_be_spare(&dir)) {
             let mut ready = ready();
             let spares =
@@ -99,7 +110,7 @@ fn settle(dirs: Vec<Waiting>, waiting: &mut Vec<Waiting>) {
                 continue;
             }
         }
-        remove(Waiting { dir, since, recycle: false }, waiting);
+        remove(Waiting { dir, since, retired: None }, waiting);
     }
 }
 
@@ -159,9 +170,13 @@ fn start() -> Sender<Job> {
                 receiver.recv_timeout(pause)
             };
             match next {
-                Ok((dirs, recycle)) => {
+                Ok((dirs, retired)) => {
                     let since = Instant::now();
-                    let dirs = dirs.into_iter().map(|dir| Waiting { dir, since, recycle });
+                    let dirs = dirs.into_iter().map(|dir| Waiting {
+                        dir,
+                        since,
+                        retired: retired.clone(),
+                    });
                     settle(dirs.collect(), &mut waiting);
                 }
                 Err(RecvTimeoutError::Timeout) => {

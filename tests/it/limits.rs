@@ -63,14 +63,6 @@ async fn until(what: &str, condition: impl Fn() -> bool) {
     .await;
 }
 
-fn vm_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(field)?.trim().strip_suffix("kB")?.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 fn limited(id: &str, argv: &[&str], limits: Value) -> Value {
     start_params(id, argv, json!({"limits": limits}))
 }
@@ -104,7 +96,7 @@ async fn a_memory_limit_ends_the_tree_before_it_grows_past_it() {
             Some("process/output") => {
                 steps += 1;
                 // Blocked on stdin: its peak so far, sampled from outside.
-                let peak = vm_kib(pid, "VmHWM:") * 1024;
+                let peak = crate::support::peak_rss_kib(pid) * 1024;
                 assert!(peak <= 64 * MIB + 4 * MIB, "peak RSS {peak} after step {steps}");
                 server
                     .result("process/write", json!({"processId": "m", "chunk": b64(b"\n")}))
@@ -529,4 +521,39 @@ async fn a_writable_root_over_the_cgroups_stays_read_only_for_a_limited_start() 
         error,
         json!({"code": -32600, "message": "process/start refused: cannot enforce the limits in this sandbox: the writable root /sys/fs/cgroup/pids is inside the cgroup hierarchy /sys/fs/cgroup/pids: the process could change its own limits"})
     );
+}
+
+/// A connection's processes whose cgroup was emptied and handed on: when
+/// that connection ends, the next owner of the cgroup (here another
+/// connection's `cat`) is not killed with it.
+#[tokio::test]
+async fn a_recycled_cgroup_is_not_its_old_owners_to_kill() {
+    if !root_or_skip("cgroup limits") {
+        return;
+    }
+    let mut first = crate::support::Harness::ready().await;
+    let bounded = json!({"memoryBytes": 64 * MIB});
+    let hold = ["python3", "-c", "x = bytearray(20 << 20)"];
+    first.start_with("big", &hold, json!({"limits": bounded})).await;
+    first.notification("process/closed", "big").await;
+    let dirs = start_dirs(std::process::id(), "memory");
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    let mark = || read_u64(&dirs[0].join("memory.max_usage_in_bytes"));
+    until("the cgroup to become a spare", || mark() < 8 * MIB).await;
+    let mut second = crate::support::Harness::ready().await;
+    second.start_with("cat", &["cat"], json!({"limits": bounded, "pipeStdin": true})).await;
+    let list = second.result("process/list", json!({})).await;
+    let pid = list["processes"][0]["pid"].as_u64().unwrap();
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let name = dirs[0].file_name().unwrap().to_str().unwrap();
+    assert!(
+        cgroup.lines().any(|l| l.contains(":memory:") && l.ends_with(&format!("/{name}"))),
+        "{cgroup}"
+    );
+    // The first connection ends (its exited process is still in its table).
+    first.close_input().await;
+    within("the first server to end", &mut first.server).await.unwrap().unwrap();
+    second.result("process/write", json!({"processId": "cat", "chunk": b64(b"ping")})).await;
+    let output = second.notification("process/output", "cat").await;
+    assert_eq!(unb64(&output["chunk"]), b"ping");
 }
