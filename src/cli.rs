@@ -120,9 +120,8 @@ pub(crate) fn main() -> ExitCode {
 
 /// Serves as the binary with `args` (the first is the program's name).
 pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
-    // A sandboxed start re-executes this binary as its trampoline: it never returns.
-    crate::sandbox::run_if_trampoline();
-    crate::limits::run_if_joining();
+    // A sandboxed or limited start re-executes this binary as its helper: it never returns.
+    crate::run_sandbox_helper_if_requested();
     crate::process::run_if_watcher();
     let args: Vec<std::ffi::OsString> = args.into_iter().collect();
     let cli = Cli::parse_from(&args);

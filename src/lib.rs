@@ -118,7 +118,8 @@ pub use crate::protocol::{
 /// `main`. When the program was started as a sandbox trampoline (by a server
 /// embedded in it, whose [`server::Config::sandbox_helper`] is left `None`),
 /// this applies the policy and executes the sandboxed program, never
-/// returning; otherwise it returns at once.
+/// returning; the same for the cgroup v2 join of a limited start; otherwise
+/// it returns at once.
 pub fn run_sandbox_helper_if_requested() {
     sandbox::run_if_trampoline();
     limits::run_if_joining();
@@ -141,8 +142,7 @@ pub fn serve_if_requested() {
         let code = cli::main_from(program.into_iter().chain(args));
         std::process::exit(if code == std::process::ExitCode::SUCCESS { 0 } else { 1 });
     }
-    sandbox::run_if_trampoline();
-    limits::run_if_joining();
+    run_sandbox_helper_if_requested();
     process::run_if_watcher();
 }
 

@@ -17,6 +17,7 @@ mod janitor;
 mod join;
 mod server_dir;
 
+pub(crate) use self::file::children;
 pub(crate) use self::group::{Group, Refusal};
 pub(crate) use self::join::run_if_joining;
 pub(crate) use self::server_dir::{all as server_dirs, remove_all as remove_server_dir};
@@ -54,8 +55,8 @@ pub(crate) fn mount_points() -> &'static [PathBuf] {
 
 /// `controller`'s hierarchy here, or why there is none.
 pub(crate) fn hierarchy_of(controller: Controller) -> Result<Hierarchy, String> {
-    let index = Controller::ALL.iter().position(|c| *c == controller).unwrap_or(0);
-    detected()[index].clone()
+    // `ALL` lists the controllers in declaration order.
+    detected()[controller as usize].clone()
 }
 
 /// The processes listed in a cgroup directory's `cgroup.procs`, but this

@@ -121,7 +121,6 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> Result<Spawned, SpawnError> {
         };
         let pid = match request.group {
             Some((group, helper)) => {
-                registry::watch_cgroups(&crate::limits::server_dirs());
                 let helper = helper.unwrap_or(Path::new(SELF_EXE));
                 group.spawn_inside(helper, exe, args, launch)?
             }

@@ -104,9 +104,7 @@ fn watch(pipe: File) {
 /// Kills what is left in the server's cgroup directory `dir` (a tree
 /// whose members left its sessions) and removes it with its start directories.
 fn clear_cgroups(dir: &Path) {
-    let starts: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
-        .map(|entries| entries.flatten().map(|entry| entry.path()).filter(|p| p.is_dir()).collect())
-        .unwrap_or_default();
+    let starts = crate::limits::children(dir);
     tree::until_none_left(|| {
         starts.iter().map(|start| tree::kill_listed(&|| crate::limits::members(start))).sum()
     });
