@@ -118,10 +118,11 @@ pub use crate::protocol::{
 /// `main`. When the program was started as a sandbox trampoline (by a server
 /// embedded in it, whose [`server::Config::sandbox_helper`] is left `None`),
 /// this applies the policy and executes the sandboxed program, never
-/// returning; the same for the cgroup v2 join of a limited start; otherwise
-/// it returns at once.
+/// returning; the same for the cgroup v2 join of a limited start and for the
+/// resident process that starts trampolines; otherwise it returns at once.
 pub fn run_sandbox_helper_if_requested() {
     sandbox::run_if_trampoline();
+    process::run_if_forker();
     limits::run_if_joining();
 }
 

@@ -16,6 +16,7 @@
 
 mod ending;
 mod entry;
+mod forker;
 mod launch;
 mod output;
 mod pumps;
@@ -47,6 +48,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use self::entry::Entry;
+pub(crate) use self::forker::run_if_forker;
 use self::pumps::EventSender;
 pub(crate) use self::pumps::ProcEvent;
 pub(crate) use self::registry::want_watcher;

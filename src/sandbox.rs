@@ -1,7 +1,8 @@
 //! The process sandbox. A policy is plain data ([`Policy`]): checked when a
 //! start is decoded, resolved against the filesystem on the spawner thread,
 //! and applied in one straight line in the child, by the `exec-server` binary
-//! re-executed as a trampoline ([`trampoline`]), before the program runs.
+//! as a trampoline ([`trampoline`]), before the program runs: re-executed, or
+//! cloned by the resident forker (`process/forker.rs`) without an exec.
 //!
 //! Layout: `policy` (what a start asks for and the server allows),
 //! `access` (an access list resolved against the filesystem), `wire_path`
@@ -53,6 +54,18 @@ pub(crate) fn run_if_trampoline() {
     if args.nth(1).is_some_and(|first| first == trampoline::MARKER) {
         trampoline::main(std::env::args_os().collect());
     }
+}
+
+/// Runs the trampoline in this process, a child the forker cloned with its
+/// descriptors placed (`args` as the trampoline's own argv); never returns.
+pub(crate) fn run_trampoline(args: Vec<std::ffi::OsString>) -> ! {
+    trampoline::main(args)
+}
+
+/// Tells the server, over the report pipe, that the trampoline could not be
+/// started (`errno`), as a failed exec of it would.
+pub(crate) fn report_exec_failure(errno: i32) {
+    report::exec_failed(errno);
 }
 
 /// A sandboxed start, ready for `posix_spawn`: the helper, its argv, and the

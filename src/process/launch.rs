@@ -16,6 +16,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 /// One child's stdio, as descriptors the child gets at 0, 1 and 2.
+#[derive(Clone, Copy)]
 pub(crate) enum Stdio<'a> {
     /// Pipe ends (stdin `None`: `/dev/null`).
     Pipes { stdin: Option<&'a OwnedFd>, stdout: &'a OwnedFd, stderr: &'a OwnedFd },

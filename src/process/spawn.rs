@@ -19,6 +19,7 @@ use portable_pty::{MasterPty, PtySize};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
+use super::forker;
 use super::launch::{self, Launch, Stdio};
 use super::registry;
 use super::signal::ExitInfo;
@@ -119,12 +120,28 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> Result<Spawned, SpawnError> {
                 fds,
             })
         };
-        let pid = match request.group {
-            Some((group, helper)) => {
+        // The default trampoline (this binary) comes from the resident
+        // forker when there is one; a limited start's must be born in its
+        // cgroup, and a named helper is exec'd.
+        let forked = match (request.group, request.sandbox) {
+            (None, Some((_, None))) => forker::launch(&Launch {
+                program: exe,
+                argv: args,
+                env: &env,
+                stdio,
+                cwd: request.cwd,
+                cwd_dir: request.cwd_dir,
+                fds,
+            }),
+            _ => None,
+        };
+        let pid = match (forked, request.group) {
+            (Some(forked), _) => forked?,
+            (None, Some((group, helper))) => {
                 let helper = helper.unwrap_or(Path::new(SELF_EXE));
                 group.spawn_inside(helper, exe, args, launch)?
             }
-            None => launch(exe, args)?,
+            (None, None) => launch(exe, args)?,
         };
         registry.register(pid);
         if let Some(prepared) = prepared {

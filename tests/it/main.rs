@@ -8,6 +8,7 @@ mod client;
 mod control;
 mod dialect;
 mod fixtures;
+mod forker;
 mod fs;
 mod fs_escape;
 mod fs_files;

@@ -1,0 +1,103 @@
+//! The resident forker of sandbox trampolines, through the real binary: one
+//! per server, its children the server's own, replaced by an exec of the
+//! trampoline when it is gone, and ended with the server.
+
+use serde_json::json;
+
+use crate::sandbox::{run, sandboxed, Tree, User};
+use crate::support::{is_dead, wait_dead, within};
+
+/// The parent of `pid`, from `/proc/PID/stat`.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The live children of `server` that `is` picks, by their parent pid (the
+/// `children` files are only a snapshot per thread).
+fn children(server: u32, is: impl Fn(u32) -> bool) -> Vec<u32> {
+    let mut found: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| parent_of(pid) == Some(server) && !is_dead(pid) && is(pid))
+        .collect();
+    found.sort_unstable();
+    found
+}
+
+/// The forker names itself (its children, until they exec, share its command line).
+fn is_forker(pid: u32) -> bool {
+    named(pid, "exec-server-fk")
+}
+
+fn named(pid: u32, name: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim() == name)
+}
+
+fn restricted(tree: &Tree) -> serde_json::Value {
+    json!({"mode": "restricted", "writableRoots": [tree.w()]})
+}
+
+#[tokio::test]
+async fn one_forker_starts_every_sandboxed_process_as_the_servers_own_child() {
+    let tree = Tree::new("forker-one", User::Current);
+    let mut server = User::Current.ready(&[], &[]).await;
+    let pid = server.child.id().unwrap();
+    assert!(children(pid, is_forker).is_empty(), "a forker before any sandboxed start");
+    let params = sandboxed("sleep", &["sleep", "30"], tree.w(), json!({}), restricted(&tree));
+    server.result("process/start", params).await;
+    let forkers = children(pid, is_forker);
+    assert_eq!(forkers.len(), 1, "one forker after the first sandboxed start");
+    // The sleeping sandbox's leader: the server's child, named as a trampoline.
+    assert_eq!(children(pid, |p| named(p, "exec-server-sb")).len(), 1);
+    for n in 0..3 {
+        let id = format!("echo-{n}");
+        let params =
+            sandboxed(&id, &["sh", "-c", "echo $0", &id], tree.w(), json!({}), restricted(&tree));
+        assert_eq!(run(&mut server, params).await, (format!("{id}\n"), 0));
+    }
+    assert_eq!(children(pid, is_forker), forkers, "the same forker serves every start");
+    server.result("process/terminate", json!({"processId": "sleep"})).await;
+}
+
+#[tokio::test]
+async fn a_killed_forker_leaves_sandboxed_starts_working() {
+    let tree = Tree::new("forker-killed", User::Current);
+    let mut server = User::Current.ready(&[], &[]).await;
+    let pid = server.child.id().unwrap();
+    let params =
+        sandboxed("one", &["sh", "-c", "echo one"], tree.w(), json!({}), restricted(&tree));
+    assert_eq!(run(&mut server, params).await, ("one\n".to_owned(), 0));
+    let [forker] = children(pid, is_forker)[..] else { panic!("no single forker") };
+    // SAFETY: a signal to a process this test found as the server's forker.
+    assert_eq!(unsafe { libc::kill(forker as libc::pid_t, libc::SIGKILL) }, 0);
+    wait_dead(forker).await;
+    let env = json!({"WHO": "two"});
+    let params =
+        sandboxed("two", &["sh", "-c", "echo $WHO; pwd"], tree.w(), env, restricted(&tree));
+    assert_eq!(run(&mut server, params).await, (format!("two\n{}\n", tree.w()), 0));
+    let tty = json!({"processId": "tty", "argv": ["sh", "-c", "test -t 0 && echo tty"],
+        "cwd": tree.w(), "env": {"PATH": "/usr/bin:/bin"}, "tty": true, "sandbox": restricted(&tree)});
+    let (output, code) = run(&mut server, tty).await;
+    assert_eq!((output.trim_end(), code), ("tty", 0));
+}
+
+#[tokio::test]
+async fn the_forker_ends_with_its_server_however_it_ends() {
+    let tree = Tree::new("forker-ends", User::Current);
+    for kill in [false, true] {
+        let mut server = User::Current.ready(&[], &[]).await;
+        let pid = server.child.id().unwrap();
+        let params = sandboxed("s", &["true"], tree.w(), json!({}), restricted(&tree));
+        assert_eq!(run(&mut server, params).await, (String::new(), 0));
+        let [forker] = children(pid, is_forker)[..] else { panic!("no single forker") };
+        if kill {
+            server.child.start_kill().unwrap();
+        } else {
+            server.close_stdin();
+        }
+        within("the server to exit", server.child.wait()).await.unwrap();
+        wait_dead(forker).await;
+    }
+}
