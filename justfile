@@ -3,6 +3,13 @@
 build:
     cargo build --release
 
+# The binary we ship: the `ship` profile, linked statically on Linux.
+ship:
+    RUSTFLAGS='-C target-feature=+crt-static' cargo build --locked --profile ship --bin exec-server --target "$(rustc -vV | sed -n 's/^host: //p')"
+
+install:
+    RUSTFLAGS='-C target-feature=+crt-static' cargo install --locked --profile ship --path . --target "$(rustc -vV | sed -n 's/^host: //p')"
+
 test:
     cargo test
 
@@ -16,5 +23,6 @@ lint:
     cargo fmt --check
     cargo clippy --all-targets -- -D warnings
 
-bench:
-    cargo bench --bench throughput
+# Measures the shipped binary (`EXEC_SERVER_BIN=path just bench` for another).
+bench: ship
+    EXEC_SERVER_BIN="${EXEC_SERVER_BIN:-target/$(rustc -vV | sed -n 's/^host: //p')/ship/exec-server}" cargo bench --bench throughput

@@ -233,6 +233,15 @@ async fn direct_spawns_in_turn() {
     }
 }
 
+/// Whether util-linux `unshare` can make user namespaces here.
+async fn unshare_works() -> bool {
+    tokio::process::Command::new("unshare")
+        .args(["--user", "--map-current-user", "--mount", "--pid", "--ipc", "--fork", "true"])
+        .status()
+        .await
+        .is_ok_and(|status| status.success())
+}
+
 async fn server_spawns_in_turn(
     client: &Client,
     prefix: &str,
@@ -504,6 +513,31 @@ async fn bench() {
                 unit: "us",
                 higher_is_better: false,
             });
+            // The kernel's floor for these namespaces: util-linux `unshare`
+            // making the same user, mount, PID and IPC namespaces around
+            // `true` (no view, no Landlock, no seccomp), against a direct spawn.
+            if unshare_works().await {
+                let namespaced = median(|| async {
+                    for _ in 0..SPAWNS {
+                        let status = tokio::process::Command::new("unshare")
+                            .args(["--user", "--map-current-user", "--mount", "--pid", "--ipc"])
+                            .args(["--fork", "true"])
+                            .status()
+                            .await
+                            .unwrap();
+                        assert!(status.success());
+                    }
+                })
+                .await;
+                rows.push(Row {
+                    what: "`unshare -Urmpi -f true`: the same namespaces, no server (us each)",
+                    server: micros(namespaced, SPAWNS),
+                    baseline: micros(direct, SPAWNS),
+                    baseline_what: "direct spawn + wait of true",
+                    unit: "us",
+                    higher_is_better: false,
+                });
+            }
             // An access list: the system read, the scratch writable, a masked
             // directory, a masked file and a read-only carve-out inside it.
             for dir in ["secret", ".git"] {
