@@ -3,12 +3,12 @@
 build:
     cargo build --release
 
-# The binary we ship: the `ship` profile, linked statically on Linux.
+# The binary we ship: the `ship` profile (whole-program LTO).
 ship:
-    RUSTFLAGS='-C target-feature=+crt-static' cargo build --locked --profile ship --bin exec-server --target "$(rustc -vV | sed -n 's/^host: //p')"
+    cargo build --locked --profile ship --bin exec-server
 
 install:
-    RUSTFLAGS='-C target-feature=+crt-static' cargo install --locked --profile ship --path . --target "$(rustc -vV | sed -n 's/^host: //p')"
+    cargo install --locked --profile ship --path .
 
 test:
     cargo test
@@ -25,4 +25,4 @@ lint:
 
 # Measures the shipped binary (`EXEC_SERVER_BIN=path just bench` for another).
 bench: ship
-    EXEC_SERVER_BIN="${EXEC_SERVER_BIN:-target/$(rustc -vV | sed -n 's/^host: //p')/ship/exec-server}" cargo bench --bench throughput
+    EXEC_SERVER_BIN="${EXEC_SERVER_BIN:-target/ship/exec-server}" cargo bench --bench throughput

@@ -63,9 +63,9 @@ pub(crate) fn run_trampoline(args: Vec<std::ffi::OsString>) -> ! {
 }
 
 /// Tells the server, over the report pipe, that the trampoline could not be
-/// started (`errno`), as a failed exec of it would.
-pub(crate) fn report_exec_failure(errno: i32) {
-    report::exec_failed(errno);
+/// started (`errno`): the start fails as a failed exec of it would.
+pub(crate) fn report_start_failure(errno: i32) {
+    report::start_failed(errno);
 }
 
 /// A sandboxed start, ready for `posix_spawn`: the helper, its argv, and the

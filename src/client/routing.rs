@@ -70,6 +70,9 @@ fn parse_output_line(line: &[u8]) -> Option<(&str, u64, Stream, &[u8])> {
     let id = std::str::from_utf8(id).ok()?;
     let rest = rest.strip_prefix(br#"","seq":"#)?;
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits > 1 && rest[0] == b'0' {
+        return None; // not JSON: the general path refuses the line
+    }
     let seq = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
     let rest = rest[digits..].strip_prefix(br#","stream":""#)?;
     let (stream, rest) =
@@ -482,12 +485,14 @@ mod tests {
         assert_eq!(parse_output_line(pty), Some(("t", 1, Stream::Pty, &b""[..])));
         for other in [
             // An escaped id, a Part A line (no seq), fields in another order,
-            // an unknown stream, a seq too big, trailing bytes.
+            // an unknown stream, a seq too big, a seq with a leading zero
+            // (not JSON), trailing bytes.
             &br#"{"method":"process/output","params":{"processId":"p\"1","seq":1,"stream":"stdout","chunk":"aGk="}}"#[..],
             br#"{"method":"process/output","params":{"processId":"p","stream":"stdout","chunk":"aGk="}}"#,
             br#"{"method":"process/output","params":{"processId":"p","stream":"stdout","seq":1,"chunk":"aGk="}}"#,
             br#"{"method":"process/output","params":{"processId":"p","seq":1,"stream":"stdin","chunk":"aGk="}}"#,
             br#"{"method":"process/output","params":{"processId":"p","seq":99999999999999999999,"stream":"stdout","chunk":"aGk="}}"#,
+            br#"{"method":"process/output","params":{"processId":"p","seq":007,"stream":"stdout","chunk":"aGk="}}"#,
             br#"{"method":"process/output","params":{"processId":"p","seq":1,"stream":"stdout","chunk":"aGk="}} "#,
         ] {
             assert_eq!(parse_output_line(other), None, "{}", String::from_utf8_lossy(other));

@@ -44,15 +44,21 @@ const PARK_FROM: RawFd = 64;
 /// The forker's first word: it runs and is ours.
 const HELLO: [u8; 1] = *b"F";
 /// How long the server waits for the forker to start, or to answer a request
-/// (a clone takes well under a millisecond).
-const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// (a clone takes well under a millisecond). The registry stays locked while
+/// it waits (a child must be registered before it can be reaped), so a
+/// forker that does not answer (stopped, say) is killed after this, and every
+/// later start execs.
+const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The server's end: its socket, or why there is none.
 static FORKER: Mutex<State> = Mutex::new(State::NotStarted);
 
 enum State {
     NotStarted,
-    Running(UnixStream),
+    Running {
+        socket: UnixStream,
+        pid: u32,
+    },
     /// It could not be started or has ended: every start execs.
     Gone,
 }
@@ -64,14 +70,15 @@ pub(crate) fn launch(request: &Launch<'_>) -> Option<io::Result<u32>> {
     let mut state = FORKER.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if let State::NotStarted = *state {
         *state = match start() {
-            Ok(socket) => State::Running(socket),
+            Ok((socket, pid)) => State::Running { socket, pid },
             Err(error) => {
                 tracing::debug!(%error, "no sandbox forker; trampolines are exec'd");
                 State::Gone
             }
         };
     }
-    let State::Running(socket) = &mut *state else { return None };
+    let State::Running { socket, pid } = &mut *state else { return None };
+    let forker = *pid;
     let (body, fds) = match encode(request) {
         Ok(encoded) => encoded,
         Err(error) => return Some(Err(error)),
@@ -85,17 +92,35 @@ pub(crate) fn launch(request: &Launch<'_>) -> Option<io::Result<u32>> {
         return None;
     }
     let mut reply = [0u8; 8];
-    let answer = socket.read_exact(&mut reply);
-    if answer.is_err() {
+    if let Err(error) = socket.read_exact(&mut reply) {
         *state = State::Gone;
+        kill(forker);
+        let stuck = matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut);
+        return Some(Err(match stuck {
+            true => io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "the sandbox forker did not answer within {} s (it was killed; later starts exec the trampoline)",
+                    ANSWER_TIMEOUT.as_secs()
+                ),
+            ),
+            false => io::Error::new(error.kind(), format!("the sandbox forker ended: {error}")),
+        }));
     }
-    Some(answer.and_then(|()| decode_reply(reply)))
+    Some(decode_reply(reply))
+}
+
+/// Kills the forker, our own child, unreaped: the orphan reaper (which reaps
+/// it later) waits for the registry lock the caller of [`launch`] holds.
+fn kill(pid: u32) {
+    // SAFETY: a signal to our own unreaped child (see above).
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
 }
 
 /// The forker: this binary again with `SOCKET_FD` as its end of the socket,
 /// once it has said it is one (a program embedding the server that does not
 /// run [`run_if_forker`] never does, and is killed).
-fn start() -> io::Result<UnixStream> {
+fn start() -> io::Result<(UnixStream, u32)> {
     let (mut ours, theirs) = UnixStream::pair()?;
     ours.set_read_timeout(Some(ANSWER_TIMEOUT))?;
     let null = OwnedFd::from(std::fs::File::options().read(true).write(true).open("/dev/null")?);
@@ -112,11 +137,9 @@ fn start() -> io::Result<UnixStream> {
     drop(theirs);
     let mut hello = [0u8; 1];
     match ours.read_exact(&mut hello) {
-        Ok(()) if hello == HELLO => Ok(ours),
+        Ok(()) if hello == HELLO => Ok((ours, pid)),
         answer => {
-            // SAFETY: a signal to our own child, unreaped: the orphan reaper
-            // (which reaps it later) waits for the registry lock our caller holds.
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            kill(pid);
             Err(answer.err().unwrap_or_else(|| io::Error::other("not a sandbox forker")))
         }
     }
@@ -467,7 +490,7 @@ fn become_trampoline(socket: RawFd, request: Request) -> ! {
     };
     if let Err(errno) = placed {
         // The report pipe says why, as a failed exec would.
-        crate::sandbox::report_exec_failure(errno);
+        crate::sandbox::report_start_failure(errno);
         // SAFETY: ends the child at once.
         unsafe { libc::_exit(127) }
     }

@@ -29,6 +29,12 @@ pub(crate) fn exec_failed(errno: i32) {
     let _ = sys::write_all(REPORT_FD, format!("X{errno}").as_bytes());
 }
 
+/// Tells the server that the trampoline itself could not be started with
+/// `errno` (its cwd, say): read as a failed exec, which it stands for.
+pub(crate) fn start_failed(errno: i32) {
+    let _ = sys::write_all(REPORT_FD, format!("RX{errno}").as_bytes());
+}
+
 /// Tells the server why the sandbox could not be built.
 pub(crate) fn setup_failed(message: &str) {
     let _ = sys::write_all(REPORT_FD, format!("S{message}").as_bytes());

@@ -101,3 +101,63 @@ async fn the_forker_ends_with_its_server_however_it_ends() {
         wait_dead(forker).await;
     }
 }
+
+#[tokio::test]
+async fn a_cwd_that_cannot_be_entered_fails_as_through_an_exec() {
+    let tree = Tree::new("forker-cwd", User::Current);
+    let mut server = User::Current.ready(&[], &[]).await;
+    let pid = server.child.id().unwrap();
+    let params = sandboxed("up", &["true"], tree.w(), json!({}), restricted(&tree));
+    assert_eq!(run(&mut server, params).await, (String::new(), 0));
+    let missing = tree.base.join("missing");
+    let file = tree.out.join("file");
+    let cases = [
+        (missing, "No such file or directory (os error 2)"),
+        (file, "Not a directory (os error 20)"),
+    ];
+    // Through the forker, then (once it is killed) through an exec of the trampoline.
+    for through_forker in [true, false] {
+        if !through_forker {
+            let [forker] = children(pid, is_forker)[..] else { panic!("no single forker") };
+            // SAFETY: a signal to a process this test found as the server's forker.
+            assert_eq!(unsafe { libc::kill(forker as libc::pid_t, libc::SIGKILL) }, 0);
+            wait_dead(forker).await;
+        }
+        for (cwd, os_error) in &cases {
+            let params =
+                sandboxed("bad", &["true"], cwd.to_str().unwrap(), json!({}), restricted(&tree));
+            let reply = server.call("process/start", params).await;
+            assert_eq!(
+                reply["error"],
+                json!({"code": -32603, "message": format!("failed to start `true`: {os_error}")}),
+                "through the forker: {through_forker}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_stopped_forker_is_killed_and_the_next_start_execs() {
+    let tree = Tree::new("forker-stopped", User::Current);
+    let mut server = User::Current.ready(&[], &[]).await;
+    let pid = server.child.id().unwrap();
+    let params = sandboxed("up", &["true"], tree.w(), json!({}), restricted(&tree));
+    assert_eq!(run(&mut server, params).await, (String::new(), 0));
+    let [forker] = children(pid, is_forker)[..] else { panic!("no single forker") };
+    // SAFETY: a signal to a process this test found as the server's forker.
+    assert_eq!(unsafe { libc::kill(forker as libc::pid_t, libc::SIGSTOP) }, 0);
+    let ran = tree.w.join("ran");
+    let touch = ["touch", ran.to_str().unwrap()];
+    let reply = server
+        .call("process/start", sandboxed("stuck", &touch, tree.w(), json!({}), restricted(&tree)))
+        .await;
+    assert_eq!(
+        reply["error"],
+        json!({"code": -32603, "message": "failed to start `touch`: the sandbox forker did not answer within 2 s (it was killed; later starts exec the trampoline)"})
+    );
+    wait_dead(forker).await;
+    assert!(!ran.exists(), "the start that failed ran after all");
+    let params =
+        sandboxed("after", &["sh", "-c", "echo after"], tree.w(), json!({}), restricted(&tree));
+    assert_eq!(run(&mut server, params).await, ("after\n".to_owned(), 0));
+}
