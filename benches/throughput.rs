@@ -101,7 +101,11 @@ fn micros(time: Duration, count: u32) -> f64 {
 }
 
 fn server_binary() -> String {
-    std::env::var("EXEC_SERVER_BIN").unwrap_or_else(|_| BIN.to_owned())
+    // Absolute: some rows start it from another directory.
+    std::env::var("EXEC_SERVER_BIN")
+        .ok()
+        .and_then(|path| std::path::absolute(path).ok())
+        .map_or_else(|| BIN.to_owned(), |path| path.to_string_lossy().into_owned())
 }
 
 fn head_argv() -> Vec<String> {
