@@ -1,8 +1,9 @@
 //! The server's own directory in each hierarchy, `exec-server-PID` beside
 //! (v1) or below (v2) its cgroup, made at the first limited start. Its
 //! children are the starts' cgroups. Made once per hierarchy (a v2 one gets
-//! controllers enabled as starts need them); the watcher
-//! removes it when the server ends, however it ends. (Another server does
+//! controllers enabled as starts need them); it is removed at the
+//! process's normal exit, and the watcher removes it when the server ends,
+//! however it ends. (Another server does
 //! not remove it: in another PID namespace, a live server's pid can look
 //! dead.) A v2 directory needs the
 //! controllers delegated: the server's processes move to a leaf
@@ -13,7 +14,7 @@ use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, Once};
 
 use super::file::write;
 use super::hierarchy::{Controller, Version};
@@ -33,6 +34,7 @@ pub(crate) fn ensure(
     let mut made = MADE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let made = made.get_or_insert_with(HashMap::new);
     let dir = home.join(format!("{PREFIX}{}", std::process::id()));
+    remove_at_exit();
     match version {
         Version::V1 => {
             if made.contains_key(home) {
@@ -49,6 +51,30 @@ pub(crate) fn ensure(
     }
     made.insert(home.to_path_buf(), dir.clone());
     Ok(dir)
+}
+
+/// Registers, once, the removal of this process's directories when it exits
+/// normally (`exit(3)` runs it): a server embedded in a program has no
+/// watcher, and the binary's is then left nothing to do. A directory that
+/// still holds a process (a v2 leaf holds this one) stays; where there is a
+/// watcher, it removes that after.
+fn remove_at_exit() {
+    static REGISTERED: Once = Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: registers a plain `extern "C"` function that never unwinds.
+        unsafe { libc::atexit(remove_made) };
+    });
+}
+
+/// The exit handler: removes what it can, quietly (logging may be gone).
+extern "C" fn remove_made() {
+    let _ = std::panic::catch_unwind(|| {
+        // Another thread may hold the lock as the process exits: then nothing.
+        let Ok(made) = MADE.try_lock() else { return };
+        for dir in made.iter().flat_map(HashMap::values) {
+            let _ = super::file::remove_tree(dir);
+        }
+    });
 }
 
 /// Every server directory made so far (for the watcher).

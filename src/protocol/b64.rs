@@ -4,12 +4,12 @@ use base64::Engine as _;
 
 const CRATE: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
-/// Appends the standard padded base64 of `bytes` to `out`.
 /// The length of the padded base64 of `n` bytes.
 pub(crate) fn encoded_len(n: usize) -> usize {
     n.div_ceil(3).saturating_mul(4)
 }
 
+/// Appends the standard padded base64 of `bytes` to `out`.
 pub(crate) fn encode_into(bytes: &[u8], out: &mut Vec<u8>) {
     base64_simd::STANDARD.encode_append(bytes, out);
 }

@@ -557,3 +557,38 @@ async fn a_recycled_cgroup_is_not_its_old_owners_to_kill() {
     let output = second.notification("process/output", "cat").await;
     assert_eq!(unb64(&output["chunk"]), b"ping");
 }
+
+/// Run in a child process of its own by
+/// `an_embedded_servers_cgroups_go_when_its_program_exits`: an in-process
+/// server makes its cgroup directory with one limited start, and the program
+/// then exits normally.
+#[tokio::test]
+#[ignore = "a helper, run in a child process by an_embedded_servers_cgroups_go_when_its_program_exits"]
+async fn embedded_server_with_a_limited_start() {
+    let mut server = crate::support::Harness::ready().await;
+    server.start_with("t", &["true"], json!({"limits": {"memoryBytes": 64 * MIB}})).await;
+    server.notification("process/closed", "t").await;
+    assert!(server_dir(std::process::id(), "memory").is_dir());
+}
+
+/// A server embedded in a program has no watcher: its directories go when the
+/// program exits (they were left behind, one per run of the program).
+#[tokio::test]
+async fn an_embedded_servers_cgroups_go_when_its_program_exits() {
+    if !root_or_skip("cgroup limits") {
+        return;
+    }
+    let helper = "limits::embedded_server_with_a_limited_start";
+    let child = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", helper, "--include-ignored", "--test-threads=1"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    // The child is in this process's cgroups: its directory is beside ours.
+    let dir = server_dir(std::process::id(), "memory").with_file_name(format!("exec-server-{pid}"));
+    let output = within("the embedding program to exit", child.wait_with_output()).await.unwrap();
+    let report = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success() && report.contains("1 passed"), "{report}");
+    assert!(!dir.exists(), "{} was left behind", dir.display());
+}
