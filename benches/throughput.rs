@@ -534,7 +534,7 @@ async fn bench() {
                 })
                 .await;
                 rows.push(Row {
-                    what: "`unshare -Urmpi -f true`: the same namespaces, no server (us each)",
+                    what: "`unshare -Ucmpi -f true`: the same namespaces, no server (us each)",
                     server: micros(namespaced, SPAWNS),
                     baseline: micros(direct, SPAWNS),
                     baseline_what: "direct spawn + wait of true",

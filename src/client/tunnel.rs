@@ -124,7 +124,8 @@ fn parse_data_line(line: &[u8]) -> Option<(&str, &[u8])> {
     let id = std::str::from_utf8(id).ok()?;
     let rest = rest.strip_prefix(br#"","seq":"#)?;
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    if digits == 0 {
+    // No digits, or a leading zero (not JSON: the general path refuses it).
+    if digits == 0 || (digits > 1 && rest[0] == b'0') {
         return None;
     }
     let chunk = rest[digits..].strip_prefix(br#","chunk":""#)?.strip_suffix(br#""}}"#)?;
@@ -371,6 +372,7 @@ mod tests {
             &br#"{"method":"tunnel/data","params":{"tunnelId":"t\"1","seq":1,"chunk":"aGk="}}"#[..],
             br#"{"method":"tunnel/data","params":{"seq":1,"tunnelId":"t","chunk":"aGk="}}"#,
             br#"{"method":"tunnel/data","params":{"tunnelId":"t","seq":,"chunk":"aGk="}}"#,
+            br#"{"method":"tunnel/data","params":{"tunnelId":"t","seq":07,"chunk":"aGk="}}"#,
             br#"{"method":"tunnel/data","params":{"tunnelId":"t","seq":1,"chunk":"aGk="}} "#,
         ] {
             assert_eq!(parse_data_line(other), None, "{}", String::from_utf8_lossy(other));

@@ -109,30 +109,22 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> Result<Spawned, SpawnError> {
         };
         // Held across the spawn: the orphan reaper must not reap this child before it is known.
         let registry = registry::lock_for_spawn()?;
-        let launch = |program: &Path, argv: &[CString]| {
-            launch::launch(&Launch {
-                program,
-                argv,
-                env: &env,
-                stdio,
-                cwd: request.cwd,
-                cwd_dir: request.cwd_dir,
-                fds,
-            })
+        let base = Launch {
+            program: exe,
+            argv: args,
+            env: &env,
+            stdio,
+            cwd: request.cwd,
+            cwd_dir: request.cwd_dir,
+            fds,
         };
+        let launch =
+            |program: &Path, argv: &[CString]| launch::launch(&Launch { program, argv, ..base });
         // The default trampoline (this binary) comes from the resident
         // forker when there is one; a limited start's must be born in its
         // cgroup, and a named helper is exec'd.
         let forked = match (request.group, request.sandbox) {
-            (None, Some((_, None))) => forker::launch(&Launch {
-                program: exe,
-                argv: args,
-                env: &env,
-                stdio,
-                cwd: request.cwd,
-                cwd_dir: request.cwd_dir,
-                fds,
-            }),
+            (None, Some((_, None))) => forker::launch(&base),
             _ => None,
         };
         let pid = match (forked, request.group) {

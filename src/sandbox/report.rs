@@ -1,7 +1,8 @@
 //! How the trampoline tells the server that the program started, or why not,
 //! over a pipe at descriptor [`REPORT_FD`]: `R` just before the program's
-//! `execve` (the pipe closes on exec), then `X<errno>` if that exec failed;
-//! or `S<message>` when the sandbox could not be built. Anything else, or
+//! `execve` (the pipe closes on exec), then `X<errno>` if that exec failed
+//! (also written, as `RX<errno>`, by a forker's child that could not become
+//! the trampoline); or `S<message>` when the sandbox could not be built. Anything else, or
 //! nothing, means the helper is not ours, and the start is refused.
 
 use std::io;

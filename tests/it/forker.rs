@@ -161,3 +161,23 @@ async fn a_stopped_forker_is_killed_and_the_next_start_execs() {
         sandboxed("after", &["sh", "-c", "echo after"], tree.w(), json!({}), restricted(&tree));
     assert_eq!(run(&mut server, params).await, ("after\n".to_owned(), 0));
 }
+
+#[tokio::test]
+async fn a_stopped_forker_cannot_hold_a_large_request_forever() {
+    let tree = Tree::new("forker-large", User::Current);
+    let mut server = User::Current.ready(&[], &[]).await;
+    let pid = server.child.id().unwrap();
+    let params = sandboxed("up", &["true"], tree.w(), json!({}), restricted(&tree));
+    assert_eq!(run(&mut server, params).await, (String::new(), 0));
+    let [forker] = children(pid, is_forker)[..] else { panic!("no single forker") };
+    // SAFETY: a signal to a process this test found as the server's forker.
+    assert_eq!(unsafe { libc::kill(forker as libc::pid_t, libc::SIGSTOP) }, 0);
+    // More than the socket's buffer holds, so the send itself must give up
+    // (ten variables of 100,000 bytes, each under the kernel's 128 KiB limit).
+    let env: serde_json::Map<String, serde_json::Value> =
+        (0..10).map(|n| (format!("BIG{n}"), json!("x".repeat(100_000)))).collect();
+    let argv = ["sh", "-c", "echo ${#BIG0} ${#BIG9}"];
+    let params = sandboxed("large", &argv, tree.w(), env.into(), restricted(&tree));
+    assert_eq!(run(&mut server, params).await, ("100000 100000\n".to_owned(), 0));
+    wait_dead(forker).await;
+}

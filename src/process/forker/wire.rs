@@ -1,0 +1,296 @@
+//! The forker's wire: a request (what `posix_spawn` would get) framed as
+//! length-prefixed bytes, its descriptors attached to the first byte as
+//! `SCM_RIGHTS`, and the answer (a pid, or an errno).
+
+use std::ffi::CString;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+use super::super::launch::{Launch, Stdio};
+
+/// Descriptors a request may carry: stdin, stdout, stderr, the cwd, and
+/// the trampoline's life and report pipes, with room to spare.
+const MAX_FDS: usize = 8;
+/// The largest request: a policy of at most 120 KiB plus argv and environment
+/// within what an exec would take (the kernel's ARG_MAX of 2 MiB).
+const MAX_REQUEST: usize = 4 << 20;
+/// Room for the control message of `MAX_FDS` descriptors (checked against
+/// `CMSG_SPACE` where it is filled), aligned for `cmsghdr`.
+type Control = [u64; 16];
+
+/// How the child gets its stdio.
+pub(super) enum Standard {
+    /// Pipe ends, received in order: stdin (when `stdin`), stdout, stderr;
+    /// without stdin it reads `/dev/null`.
+    Pipes { stdin: bool },
+    /// The terminal at this path, opened by the child.
+    Terminal(Vec<u8>),
+}
+
+/// One request, as the forker received it.
+pub(super) struct Request {
+    pub(super) stdio: Standard,
+    /// The cwd as a path; used when no descriptor came for it.
+    pub(super) cwd: Vec<u8>,
+    /// Whether a descriptor of the cwd came (after the stdio ones).
+    pub(super) cwd_dir: bool,
+    /// Where the extra descriptors (the last ones received) go.
+    pub(super) targets: Vec<RawFd>,
+    pub(super) argv: Vec<Vec<u8>>,
+    pub(super) env: Vec<Vec<u8>>,
+    /// Every descriptor received, in order.
+    pub(super) fds: Vec<OwnedFd>,
+}
+
+impl Request {
+    /// Zeroes every byte received (the descriptors close as it drops): the
+    /// next child starts as a copy of the forker and must not find this
+    /// start's environment (a secret, perhaps) in it.
+    pub(super) fn wipe(mut self) {
+        if let Standard::Terminal(slave) = &mut self.stdio {
+            slave.fill(0);
+        }
+        for bytes in std::iter::once(&mut self.cwd).chain(&mut self.argv).chain(&mut self.env) {
+            bytes.fill(0);
+            std::hint::black_box(&bytes);
+        }
+    }
+}
+
+/// The request as a frame, and the descriptors that go with it in order;
+/// None when it does not fit the forker (the trampoline is exec'd instead).
+pub(super) fn encode(request: &Launch<'_>) -> Option<(Vec<u8>, Vec<RawFd>)> {
+    let mut body = Vec::new();
+    let mut fds = Vec::new();
+    match &request.stdio {
+        Stdio::Pipes { stdin, stdout, stderr } => {
+            body.push(if stdin.is_some() { b'p' } else { b'n' });
+            fds.extend(stdin.map(|fd| fd.as_raw_fd()));
+            fds.extend([stdout.as_raw_fd(), stderr.as_raw_fd()]);
+            put(&mut body, b"");
+        }
+        Stdio::Terminal(slave) => {
+            body.push(b't');
+            put(&mut body, slave.to_bytes());
+        }
+    }
+    body.push(u8::from(request.cwd_dir.is_some()));
+    fds.extend(request.cwd_dir.map(|dir| dir.as_raw_fd()));
+    put(&mut body, request.cwd.as_os_str().as_encoded_bytes());
+    body.push(u8::try_from(request.fds.len()).ok()?);
+    for &(ours, theirs) in request.fds {
+        fds.push(ours);
+        body.extend(theirs.to_le_bytes());
+    }
+    put_all(&mut body, request.argv);
+    put_all(&mut body, request.env);
+    if fds.len() > MAX_FDS || body.len() > MAX_REQUEST {
+        return None;
+    }
+    let mut frame = Vec::with_capacity(body.len() + 4);
+    frame.extend(u32::try_from(body.len()).ok()?.to_le_bytes());
+    frame.extend(body);
+    Some((frame, fds))
+}
+
+fn put(body: &mut Vec<u8>, bytes: &[u8]) {
+    body.extend(u32::try_from(bytes.len()).unwrap_or(u32::MAX).to_le_bytes());
+    body.extend(bytes);
+}
+
+fn put_all(body: &mut Vec<u8>, strings: &[CString]) {
+    body.extend(u32::try_from(strings.len()).unwrap_or(u32::MAX).to_le_bytes());
+    for string in strings {
+        put(body, string.as_bytes());
+    }
+}
+
+/// Sends `frame` with `fds` attached to its first byte.
+pub(super) fn send(socket: &mut UnixStream, frame: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    if fds.len() > MAX_FDS {
+        return Err(io::Error::from_raw_os_error(libc::E2BIG));
+    }
+    let mut iov = libc::iovec { iov_base: frame.as_ptr().cast_mut().cast(), iov_len: frame.len() };
+    let mut control: Control = [0; 16];
+    // SAFETY: msghdr is plain data; every pointer set below outlives the call.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = &mut iov;
+    message.msg_iovlen = 1;
+    if !fds.is_empty() {
+        let payload = u32::try_from(std::mem::size_of_val(fds)).unwrap_or(u32::MAX);
+        // SAFETY: CMSG_SPACE computes a size from a length.
+        let space = unsafe { libc::CMSG_SPACE(payload) } as usize;
+        if space > std::mem::size_of::<Control>() {
+            return Err(io::Error::from_raw_os_error(libc::E2BIG));
+        }
+        message.msg_control = control.as_mut_ptr().cast();
+        message.msg_controllen = space;
+        // SAFETY: the control buffer holds `space` bytes (checked above) and
+        // is aligned for cmsghdr; the first header is within it.
+        unsafe {
+            let header = libc::CMSG_FIRSTHDR(&message);
+            (*header).cmsg_level = libc::SOL_SOCKET;
+            (*header).cmsg_type = libc::SCM_RIGHTS;
+            (*header).cmsg_len = libc::CMSG_LEN(payload) as usize;
+            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(header).cast(), fds.len());
+        }
+    }
+    let sent = loop {
+        // SAFETY: a valid message over live buffers.
+        let sent = unsafe { libc::sendmsg(socket.as_raw_fd(), &message, libc::MSG_NOSIGNAL) };
+        if let Ok(sent) = usize::try_from(sent) {
+            break sent;
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    };
+    socket.write_all(&frame[sent..])
+}
+
+/// The next request; None at end of file.
+pub(super) fn receive(socket: &mut UnixStream) -> io::Result<Option<Request>> {
+    let mut length = [0u8; 4];
+    let mut control: Control = [0; 16];
+    let mut iov = libc::iovec { iov_base: length.as_mut_ptr().cast(), iov_len: length.len() };
+    // SAFETY: msghdr is plain data; the pointers set below outlive the call.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = &mut iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control.as_mut_ptr().cast();
+    message.msg_controllen = std::mem::size_of::<Control>();
+    let got = loop {
+        // SAFETY: a valid message over live buffers; received descriptors are close-on-exec.
+        let got =
+            unsafe { libc::recvmsg(socket.as_raw_fd(), &mut message, libc::MSG_CMSG_CLOEXEC) };
+        if let Ok(got) = usize::try_from(got) {
+            break got;
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    };
+    if got == 0 {
+        return Ok(None);
+    }
+    let fds = received_fds(&message);
+    if message.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
+    }
+    socket.read_exact(&mut length[got..])?;
+    let length = u32::from_le_bytes(length) as usize;
+    if length > MAX_REQUEST {
+        return Err(io::Error::from_raw_os_error(libc::E2BIG));
+    }
+    let mut body = vec![0; length];
+    socket.read_exact(&mut body)?;
+    let request = decode(&body, fds);
+    body.fill(0);
+    std::hint::black_box(&body);
+    request.ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL)).map(Some)
+}
+
+fn received_fds(message: &libc::msghdr) -> Vec<OwnedFd> {
+    let mut fds = Vec::new();
+    // SAFETY: walks the control messages recvmsg filled in, within msg_controllen.
+    unsafe {
+        let mut header = libc::CMSG_FIRSTHDR(message);
+        while !header.is_null() {
+            if (*header).cmsg_level == libc::SOL_SOCKET && (*header).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(header).cast::<RawFd>();
+                let bytes = (*header).cmsg_len - libc::CMSG_LEN(0) as usize;
+                for i in 0..bytes / std::mem::size_of::<RawFd>() {
+                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
+                }
+            }
+            header = libc::CMSG_NXTHDR(message, header);
+        }
+    }
+    fds
+}
+
+fn decode(body: &[u8], fds: Vec<OwnedFd>) -> Option<Request> {
+    let mut cursor = Cursor { body, at: 0 };
+    let kind = cursor.byte()?;
+    let slave = cursor.bytes()?;
+    let cwd_dir = cursor.byte()? == 1;
+    let cwd = cursor.bytes()?;
+    let count = cursor.byte()?;
+    let targets = (0..count)
+        .map(|_| cursor.u32().and_then(|t| RawFd::try_from(t).ok()))
+        .collect::<Option<Vec<_>>>()?;
+    let argv = cursor.list()?;
+    let env = cursor.list()?;
+    let (stdio, standard) = match kind {
+        b'p' => (Standard::Pipes { stdin: true }, 3),
+        b'n' => (Standard::Pipes { stdin: false }, 2),
+        b't' => (Standard::Terminal(slave), 0),
+        _ => return None,
+    };
+    let expected = standard + usize::from(cwd_dir) + targets.len();
+    (fds.len() == expected && !argv.is_empty()).then_some(Request {
+        stdio,
+        cwd,
+        cwd_dir,
+        targets,
+        argv,
+        env,
+        fds,
+    })
+}
+
+struct Cursor<'a> {
+    body: &'a [u8],
+    at: usize,
+}
+
+impl Cursor<'_> {
+    fn byte(&mut self) -> Option<u8> {
+        let value = *self.body.get(self.at)?;
+        self.at += 1;
+        Some(value)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        let bytes = self.body.get(self.at..self.at.checked_add(4)?)?;
+        self.at += 4;
+        Some(u32::from_le_bytes(bytes.try_into().ok()?))
+    }
+
+    fn bytes(&mut self) -> Option<Vec<u8>> {
+        let length = self.u32()? as usize;
+        let bytes = self.body.get(self.at..self.at.checked_add(length)?)?;
+        self.at += length;
+        Some(bytes.to_vec())
+    }
+
+    fn list(&mut self) -> Option<Vec<Vec<u8>>> {
+        let count = self.u32()?;
+        (0..count).map(|_| self.bytes()).collect()
+    }
+}
+
+/// Answers a request: the child's pid, or -1 and why.
+pub(super) fn reply(socket: &mut UnixStream, pid: i32, errno: i32) -> io::Result<()> {
+    let mut bytes = [0u8; 8];
+    bytes[..4].copy_from_slice(&pid.to_le_bytes());
+    bytes[4..].copy_from_slice(&errno.to_le_bytes());
+    socket.write_all(&bytes)
+}
+
+/// The next answer (the outer error: none could be read): the child's pid,
+/// or why the forker could not make it.
+pub(super) fn read_reply(socket: &mut UnixStream) -> io::Result<io::Result<u32>> {
+    let mut reply = [0u8; 8];
+    socket.read_exact(&mut reply)?;
+    let [a, b, c, d, e, f, g, h] = reply;
+    let pid = i32::from_le_bytes([a, b, c, d]);
+    let errno = i32::from_le_bytes([e, f, g, h]);
+    Ok(match u32::try_from(pid) {
+        Ok(pid) if pid > 0 => Ok(pid),
+        _ => Err(io::Error::from_raw_os_error(errno)),
+    })
+}
