@@ -30,7 +30,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::launch::{self, Launch, Stdio};
 
@@ -40,11 +40,11 @@ pub(crate) const MARKER: &CStr = c"--exec-server-sandbox-forker";
 const SOCKET_FD: RawFd = 3;
 /// The forker's first word: it runs, is ours, and is single-threaded.
 const HELLO: [u8; 1] = *b"F";
-/// How long the server waits for the forker to start, to take a request or
-/// to answer it (a clone takes well under a millisecond). The registry stays
-/// locked meanwhile (a child must be registered before it can be reaped), so
-/// a forker that does not keep up (stopped, say) is killed after this, and
-/// every later start execs.
+/// How long the server waits for the forker to start, or to take a request
+/// and answer it, both together (a clone takes well under a millisecond). The
+/// registry stays locked meanwhile (a child must be registered before it can
+/// be reaped), so a forker that does not keep up (stopped, say) is killed
+/// after this, and every later start execs.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The server's end: its socket, or why there is none.
@@ -78,7 +78,9 @@ pub(crate) fn launch(request: &Launch<'_>) -> Option<io::Result<u32>> {
     let State::Running { socket, pid } = &mut *state else { return None };
     let forker = *pid;
     let (frame, fds) = wire::encode(request)?;
-    if let Err(error) = wire::send(socket, &frame, &fds) {
+    // One deadline for the whole exchange, however the forker dribbles.
+    let deadline = Instant::now() + ANSWER_TIMEOUT;
+    if let Err(error) = wire::send(socket, &frame, &fds, deadline) {
         // Killed before it could have the whole request: no child can come
         // of it, and the trampoline is exec'd instead.
         tracing::debug!(%error, "the sandbox forker did not take a request; trampolines are exec'd");
@@ -86,7 +88,7 @@ pub(crate) fn launch(request: &Launch<'_>) -> Option<io::Result<u32>> {
         kill(forker);
         return None;
     }
-    match wire::read_reply(socket) {
+    match wire::read_reply(socket, deadline) {
         Ok(answer) => Some(answer),
         Err(error) => {
             *state = State::Gone;

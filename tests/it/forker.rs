@@ -181,3 +181,24 @@ async fn a_stopped_forker_cannot_hold_a_large_request_forever() {
     assert_eq!(run(&mut server, params).await, ("100000 100000\n".to_owned(), 0));
     wait_dead(forker).await;
 }
+
+#[tokio::test]
+async fn a_small_descriptor_limit_leaves_the_forker_working() {
+    let tree = Tree::new("forker-nofile", User::Current);
+    // Just enough for the server; the child used to park descriptors at 64.
+    let mut command = tokio::process::Command::new("sh");
+    command.args(["-c", r#"ulimit -n 66 && exec "$0""#, crate::binary::BIN]);
+    let mut server = crate::binary::Binary::from_command(command);
+    server.result("initialize", json!({"clientName": "forker-test"})).await;
+    server.send_line(r#"{"method":"initialized"}"#).await;
+    let pid = server.child.id().unwrap();
+    for (n, tty) in [(0, false), (1, false), (2, true)] {
+        let id = format!("s{n}");
+        let mut params =
+            sandboxed(&id, &["sh", "-c", "echo hi"], tree.w(), json!({}), restricted(&tree));
+        params["tty"] = json!(tty);
+        let (output, code) = run(&mut server, params).await;
+        assert_eq!((output.trim_end(), code), ("hi", 0), "start {n} (tty: {tty})");
+    }
+    assert_eq!(children(pid, is_forker).len(), 1, "the starts came from the forker");
+}

@@ -9,10 +9,6 @@ use std::os::unix::ffi::OsStringExt;
 
 use super::wire::{Request, Standard};
 
-/// Where the child parks received descriptors while it places them: above
-/// every number it places (0-2 and the targets, 3 and 4).
-const PARK_FROM: RawFd = 64;
-
 /// Becomes the trampoline `request` describes; never returns. `socket` is the
 /// forker's, closed here.
 pub(super) fn become_trampoline(socket: RawFd, request: Request) -> ! {
@@ -23,10 +19,12 @@ pub(super) fn become_trampoline(socket: RawFd, request: Request) -> ! {
     let placed = unsafe {
         libc::prctl(libc::PR_SET_NAME, c"exec-server-sb".as_ptr());
         default_signals();
-        // Parked above every number placed, so no placement overwrites one.
+        // Parked just above every number placed (0-2 and the targets), so no
+        // placement overwrites one, and low enough for a small descriptor limit.
+        let park_from = targets.iter().copied().fold(2, RawFd::max) + 1;
         let parked: Vec<RawFd> = fds
             .iter()
-            .map(|fd| libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, PARK_FROM))
+            .map(|fd| libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, park_from))
             .collect();
         drop(fds);
         libc::close(socket);

@@ -6,6 +6,7 @@ use std::ffi::CString;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
 
 use super::super::launch::{Launch, Stdio};
 
@@ -106,11 +107,18 @@ fn put_all(body: &mut Vec<u8>, strings: &[CString]) {
     }
 }
 
-/// Sends `frame` with `fds` attached to its first byte.
-pub(super) fn send(socket: &mut UnixStream, frame: &[u8], fds: &[RawFd]) -> io::Result<()> {
+/// Sends `frame` with `fds` attached to its first byte, all of it by
+/// `deadline` (a socket timeout bounds each call; this bounds them together).
+pub(super) fn send(
+    socket: &mut UnixStream,
+    frame: &[u8],
+    fds: &[RawFd],
+    deadline: Instant,
+) -> io::Result<()> {
     if fds.len() > MAX_FDS {
         return Err(io::Error::from_raw_os_error(libc::E2BIG));
     }
+    socket.set_write_timeout(Some(left(deadline)?))?;
     let mut iov = libc::iovec { iov_base: frame.as_ptr().cast_mut().cast(), iov_len: frame.len() };
     let mut control: Control = [0; 16];
     // SAFETY: msghdr is plain data; every pointer set below outlives the call.
@@ -136,7 +144,7 @@ pub(super) fn send(socket: &mut UnixStream, frame: &[u8], fds: &[RawFd]) -> io::
             std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(header).cast(), fds.len());
         }
     }
-    let sent = loop {
+    let mut sent = loop {
         // SAFETY: a valid message over live buffers.
         let sent = unsafe { libc::sendmsg(socket.as_raw_fd(), &message, libc::MSG_NOSIGNAL) };
         if let Ok(sent) = usize::try_from(sent) {
@@ -147,7 +155,25 @@ pub(super) fn send(socket: &mut UnixStream, frame: &[u8], fds: &[RawFd]) -> io::
             return Err(error);
         }
     };
-    socket.write_all(&frame[sent..])
+    while sent < frame.len() {
+        socket.set_write_timeout(Some(left(deadline)?))?;
+        match socket.write(&frame[sent..]) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => sent += n,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
+
+/// The time left until `deadline`; a timeout error once it has passed.
+fn left(deadline: Instant) -> io::Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(io::Error::from(io::ErrorKind::TimedOut));
+    }
+    Ok(left)
 }
 
 /// The next request; None at end of file.
@@ -281,11 +307,23 @@ pub(super) fn reply(socket: &mut UnixStream, pid: i32, errno: i32) -> io::Result
     socket.write_all(&bytes)
 }
 
-/// The next answer (the outer error: none could be read): the child's pid,
-/// or why the forker could not make it.
-pub(super) fn read_reply(socket: &mut UnixStream) -> io::Result<io::Result<u32>> {
+/// The next answer, by `deadline` (the outer error: none could be read): the
+/// child's pid, or why the forker could not make it.
+pub(super) fn read_reply(
+    socket: &mut UnixStream,
+    deadline: Instant,
+) -> io::Result<io::Result<u32>> {
     let mut reply = [0u8; 8];
-    socket.read_exact(&mut reply)?;
+    let mut got = 0;
+    while got < reply.len() {
+        socket.set_read_timeout(Some(left(deadline)?))?;
+        match socket.read(&mut reply[got..]) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+            Ok(n) => got += n,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
     let [a, b, c, d, e, f, g, h] = reply;
     let pid = i32::from_le_bytes([a, b, c, d]);
     let errno = i32::from_le_bytes([e, f, g, h]);
