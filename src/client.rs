@@ -5,6 +5,7 @@
 //! When the transport closes, every pending call fails with [`Error::Closed`].
 
 mod events;
+mod fast_line;
 mod forward;
 mod ports;
 mod process;

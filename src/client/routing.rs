@@ -61,20 +61,9 @@ const OUTPUT_PREFIX: &[u8] = br#"{"method":"process/output","params":{"processId
 /// with a plain id (no escapes or control characters): the id, seq, stream and
 /// the chunk's text; None for anything else (the general path decides).
 fn parse_output_line(line: &[u8]) -> Option<(&str, u64, Stream, &[u8])> {
-    let rest = line.strip_prefix(OUTPUT_PREFIX)?;
-    let end = rest.iter().position(|&b| b == b'"')?;
-    let (id, rest) = rest.split_at(end);
-    if id.iter().any(|&b| b == b'\\' || b < 0x20) {
-        return None;
-    }
-    let id = std::str::from_utf8(id).ok()?;
-    let rest = rest.strip_prefix(br#"","seq":"#)?;
-    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    if digits > 1 && rest[0] == b'0' {
-        return None; // not JSON: the general path refuses the line
-    }
-    let seq = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
-    let rest = rest[digits..].strip_prefix(br#","stream":""#)?;
+    let (id, seq, rest) = super::fast_line::id_and_seq(line, OUTPUT_PREFIX)?;
+    let seq = seq.parse().ok()?;
+    let rest = rest.strip_prefix(br#","stream":""#)?;
     let (stream, rest) =
         [(Stream::Stdout, &b"stdout"[..]), (Stream::Stderr, b"stderr"), (Stream::Pty, b"pty")]
             .into_iter()

@@ -115,20 +115,9 @@ impl TunnelRoutes {
 /// `{"method":"tunnel/data","params":{"tunnelId":"ID","seq":N,"chunk":"B64"}}`
 /// with a plain id (no escapes or control characters): the id and the chunk's text.
 fn parse_data_line(line: &[u8]) -> Option<(&str, &[u8])> {
-    let rest = line.strip_prefix(br#"{"method":"tunnel/data","params":{"tunnelId":""#)?;
-    let end = rest.iter().position(|&b| b == b'"')?;
-    let (id, rest) = rest.split_at(end);
-    if id.iter().any(|&b| b == b'\\' || b < 0x20) {
-        return None;
-    }
-    let id = std::str::from_utf8(id).ok()?;
-    let rest = rest.strip_prefix(br#"","seq":"#)?;
-    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    // No digits, or a leading zero (not JSON: the general path refuses it).
-    if digits == 0 || (digits > 1 && rest[0] == b'0') {
-        return None;
-    }
-    let chunk = rest[digits..].strip_prefix(br#","chunk":""#)?.strip_suffix(br#""}}"#)?;
+    let prefix = br#"{"method":"tunnel/data","params":{"tunnelId":""#;
+    let (id, _seq, rest) = super::fast_line::id_and_seq(line, prefix)?;
+    let chunk = rest.strip_prefix(br#","chunk":""#)?.strip_suffix(br#""}}"#)?;
     Some((id, chunk))
 }
 
