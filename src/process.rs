@@ -17,6 +17,7 @@
 mod ending;
 mod entry;
 mod forker;
+mod helper;
 mod launch;
 mod output;
 mod pumps;

@@ -26,18 +26,16 @@ mod wire;
 
 use std::ffi::{CStr, CString};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::launch::{self, Launch, Stdio};
+use super::helper;
+use super::launch::Launch;
 
 /// The hidden first argument that runs this binary as the forker.
 pub(crate) const MARKER: &CStr = c"--exec-server-sandbox-forker";
-/// Where the forker finds its socket.
-const SOCKET_FD: RawFd = 3;
 /// The forker's first word: it runs, is ours, and is single-threaded.
 const HELLO: [u8; 1] = *b"F";
 /// How long the server waits for the forker to start, or to take a request
@@ -115,24 +113,15 @@ fn kill(pid: u32) {
     unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
 }
 
-/// The forker: this binary again with `SOCKET_FD` as its end of the socket,
+/// The forker: this binary again with its end of the socket as the helper's descriptor,
 /// once it has said it is one (a program embedding the server that does not
 /// run [`run_if_forker`] first thing in `main` never does, and is killed).
 fn start() -> io::Result<(UnixStream, u32)> {
     let (mut ours, theirs) = UnixStream::pair()?;
     ours.set_read_timeout(Some(ANSWER_TIMEOUT))?;
     ours.set_write_timeout(Some(ANSWER_TIMEOUT))?;
-    let null = OwnedFd::from(std::fs::File::options().read(true).write(true).open("/dev/null")?);
     let argv = [CString::from(c"exec-server-fork"), CString::from(MARKER)];
-    let pid = launch::launch(&Launch {
-        program: Path::new("/proc/self/exe"),
-        argv: &argv,
-        env: &[],
-        stdio: Stdio::Pipes { stdin: None, stdout: &null, stderr: &null },
-        cwd: Path::new("/"),
-        cwd_dir: None,
-        fds: &[(theirs.as_raw_fd(), SOCKET_FD)],
-    })?;
+    let pid = helper::spawn(&argv, theirs.as_raw_fd())?;
     drop(theirs);
     let mut hello = [0u8; 1];
     match ours.read_exact(&mut hello) {
@@ -146,21 +135,12 @@ fn start() -> io::Result<(UnixStream, u32)> {
 
 /// Runs as the forker when this process was started as one; returns otherwise.
 pub(crate) fn run_if_forker() {
-    use std::os::unix::ffi::OsStrExt;
-    if std::env::args_os().nth(1).is_none_or(|first| first.as_bytes() != MARKER.to_bytes()) {
+    if !helper::started_as(MARKER, c"exec-server-fk") {
         return;
     }
-    // SAFETY: names this process and closes what it inherited beyond its socket.
-    unsafe {
-        libc::prctl(libc::PR_SET_NAME, c"exec-server-fk".as_ptr());
-        if libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32) == -1 {
-            for fd in 4..1024 {
-                libc::close(fd);
-            }
-        }
-    }
-    // SAFETY: fd 3 is the socket the server placed there for this process alone.
-    let mut socket = unsafe { UnixStream::from_raw_fd(SOCKET_FD) };
+    // SAFETY: the helper's descriptor is the socket the server placed there
+    // for this process alone.
+    let mut socket = unsafe { UnixStream::from_raw_fd(helper::HELPER_FD) };
     // Cloning is sound only in a single-threaded process: a program that ran
     // this after starting threads stays silent, and the server execs instead.
     if single_threaded() && socket.write_all(&HELLO).is_ok() {

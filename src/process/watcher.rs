@@ -18,35 +18,22 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::Path;
 
-use super::launch::{self, Launch};
+use super::helper;
 use super::signal::Signal;
 use super::tree;
 
 /// The hidden first argument that runs this binary as the watcher.
 pub(crate) const MARKER: &CStr = c"--exec-server-watcher";
 
-/// Starts the watcher: this binary again (`/proc/self/exe`), through
-/// `posix_spawn` (no fork: the server's pages are never marked copy-on-write,
-/// and the server may have threads), in a session of its own, with
-/// `/dev/null` as stdio and the pipe's read end as fd 3. Returns its pid and
-/// the pipe's non-blocking write end.
+/// Starts the watcher (a [`helper`] with the pipe's read end). Returns its
+/// pid and the pipe's non-blocking write end.
 pub(crate) fn spawn() -> io::Result<(u32, File)> {
     let (read_end, write_end) = crate::fd::pipe()?;
-    let null = File::options().read(true).write(true).open("/dev/null")?;
-    let null = OwnedFd::from(null);
     let argv = [CString::from(c"exec-server-wd"), CString::from(MARKER)];
-    let pid = launch::launch(&Launch {
-        program: Path::new("/proc/self/exe"),
-        argv: &argv,
-        env: &[],
-        stdio: launch::Stdio::Pipes { stdin: None, stdout: &null, stderr: &null },
-        cwd: Path::new("/"),
-        cwd_dir: None,
-        fds: &[(read_end.as_raw_fd(), 3)],
-    })?;
+    let pid = helper::spawn(&argv, read_end.as_raw_fd())?;
     // SAFETY: F_SETFL on a descriptor we own.
     unsafe { libc::fcntl(write_end.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
     // A stuck watcher must never block the server: messages are dropped instead.
@@ -56,23 +43,11 @@ pub(crate) fn spawn() -> io::Result<(u32, File)> {
 /// Runs as the watcher when this process was started as one (see [`spawn`]),
 /// never returning; otherwise returns at once.
 pub(crate) fn run_if_watcher() {
-    use std::os::unix::ffi::OsStrExt;
-    if std::env::args_os().nth(1).is_none_or(|first| first.as_bytes() != MARKER.to_bytes()) {
+    if !helper::started_as(MARKER, c"exec-server-wd") {
         return;
     }
-    // SAFETY: plain syscalls on this process's own name and descriptors.
-    unsafe {
-        libc::prctl(libc::PR_SET_NAME, c"exec-server-wd".as_ptr());
-        // Only the pipe stays open: anything else inherited without
-        // close-on-exec (the server's stdout above all) is closed.
-        if libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32) == -1 {
-            for fd in 4..1024 {
-                libc::close(fd);
-            }
-        }
-    }
-    // SAFETY: fd 3 is the pipe's read end, given to this process alone.
-    watch(unsafe { File::from_raw_fd(3) });
+    // SAFETY: the helper's descriptor is the pipe's read end, given to this process alone.
+    watch(unsafe { File::from_raw_fd(helper::HELPER_FD) });
     // SAFETY: ends the process without running anything more.
     unsafe { libc::_exit(0) }
 }
