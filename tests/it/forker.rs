@@ -4,6 +4,7 @@
 
 use serde_json::json;
 
+use crate::binary::Binary;
 use crate::sandbox::{run, sandboxed, Tree, User};
 use crate::support::{is_dead, wait_dead, within};
 
@@ -39,6 +40,27 @@ fn restricted(tree: &Tree) -> serde_json::Value {
     json!({"mode": "restricted", "writableRoots": [tree.w()]})
 }
 
+/// The server's one forker (the test fails unless there is exactly one).
+fn the_forker(server: u32) -> u32 {
+    let [forker] = children(server, is_forker)[..] else { panic!("no single forker") };
+    forker
+}
+
+/// Sends `signal` to the forker.
+fn signal(forker: u32, signal: libc::c_int) {
+    // SAFETY: a signal to a process the test found as the server's forker.
+    assert_eq!(unsafe { libc::kill(forker as libc::pid_t, signal) }, 0);
+}
+
+/// A server whose forker runs (a sandboxed `true` made it), and the forker's pid.
+async fn with_forker(tree: &Tree) -> (Binary, u32) {
+    let mut server = User::Current.ready(&[], &[]).await;
+    let params = sandboxed("up", &["true"], tree.w(), json!({}), restricted(tree));
+    assert_eq!(run(&mut server, params).await, (String::new(), 0));
+    let forker = the_forker(server.child.id().unwrap());
+    (server, forker)
+}
+
 #[tokio::test]
 async fn one_forker_starts_every_sandboxed_process_as_the_servers_own_child() {
     let tree = Tree::new("forker-one", User::Current);
@@ -69,9 +91,8 @@ async fn a_killed_forker_leaves_sandboxed_starts_working() {
     let params =
         sandboxed("one", &["sh", "-c", "echo one"], tree.w(), json!({}), restricted(&tree));
     assert_eq!(run(&mut server, params).await, ("one\n".to_owned(), 0));
-    let [forker] = children(pid, is_forker)[..] else { panic!("no single forker") };
-    // SAFETY: a signal to a process this test found as the server's forker.
-    assert_eq!(unsafe { libc::kill(forker as libc::pid_t, libc::SIGKILL) }, 0);
+    let forker = the_forker(pid);
+    signal(forker, libc::SIGKILL);
     wait_dead(forker).await;
     let env = json!({"WHO": "two"});
     let params =
@@ -91,7 +112,7 @@ async fn the_forker_ends_with_its_server_however_it_ends() {
         let pid = server.child.id().unwrap();
         let params = sandboxed("s", &["true"], tree.w(), json!({}), restricted(&tree));
         assert_eq!(run(&mut server, params).await, (String::new(), 0));
-        let [forker] = children(pid, is_forker)[..] else { panic!("no single forker") };
+        let forker = the_forker(pid);
         if kill {
             server.child.start_kill().unwrap();
         } else {
@@ -105,10 +126,7 @@ async fn the_forker_ends_with_its_server_however_it_ends() {
 #[tokio::test]
 async fn a_cwd_that_cannot_be_entered_fails_as_through_an_exec() {
     let tree = Tree::new("forker-cwd", User::Current);
-    let mut server = User::Current.ready(&[], &[]).await;
-    let pid = server.child.id().unwrap();
-    let params = sandboxed("up", &["true"], tree.w(), json!({}), restricted(&tree));
-    assert_eq!(run(&mut server, params).await, (String::new(), 0));
+    let (mut server, forker) = with_forker(&tree).await;
     let missing = tree.base.join("missing");
     let file = tree.out.join("file");
     let cases = [
@@ -118,9 +136,7 @@ async fn a_cwd_that_cannot_be_entered_fails_as_through_an_exec() {
     // Through the forker, then (once it is killed) through an exec of the trampoline.
     for through_forker in [true, false] {
         if !through_forker {
-            let [forker] = children(pid, is_forker)[..] else { panic!("no single forker") };
-            // SAFETY: a signal to a process this test found as the server's forker.
-            assert_eq!(unsafe { libc::kill(forker as libc::pid_t, libc::SIGKILL) }, 0);
+            signal(forker, libc::SIGKILL);
             wait_dead(forker).await;
         }
         for (cwd, os_error) in &cases {
@@ -139,13 +155,8 @@ async fn a_cwd_that_cannot_be_entered_fails_as_through_an_exec() {
 #[tokio::test]
 async fn a_stopped_forker_is_killed_and_the_next_start_execs() {
     let tree = Tree::new("forker-stopped", User::Current);
-    let mut server = User::Current.ready(&[], &[]).await;
-    let pid = server.child.id().unwrap();
-    let params = sandboxed("up", &["true"], tree.w(), json!({}), restricted(&tree));
-    assert_eq!(run(&mut server, params).await, (String::new(), 0));
-    let [forker] = children(pid, is_forker)[..] else { panic!("no single forker") };
-    // SAFETY: a signal to a process this test found as the server's forker.
-    assert_eq!(unsafe { libc::kill(forker as libc::pid_t, libc::SIGSTOP) }, 0);
+    let (mut server, forker) = with_forker(&tree).await;
+    signal(forker, libc::SIGSTOP);
     let ran = tree.w.join("ran");
     let touch = ["touch", ran.to_str().unwrap()];
     let reply = server
@@ -165,13 +176,8 @@ async fn a_stopped_forker_is_killed_and_the_next_start_execs() {
 #[tokio::test]
 async fn a_stopped_forker_cannot_hold_a_large_request_forever() {
     let tree = Tree::new("forker-large", User::Current);
-    let mut server = User::Current.ready(&[], &[]).await;
-    let pid = server.child.id().unwrap();
-    let params = sandboxed("up", &["true"], tree.w(), json!({}), restricted(&tree));
-    assert_eq!(run(&mut server, params).await, (String::new(), 0));
-    let [forker] = children(pid, is_forker)[..] else { panic!("no single forker") };
-    // SAFETY: a signal to a process this test found as the server's forker.
-    assert_eq!(unsafe { libc::kill(forker as libc::pid_t, libc::SIGSTOP) }, 0);
+    let (mut server, forker) = with_forker(&tree).await;
+    signal(forker, libc::SIGSTOP);
     // More than the socket's buffer holds, so the send itself must give up
     // (ten variables of 100,000 bytes, each under the kernel's 128 KiB limit).
     let env: serde_json::Map<String, serde_json::Value> =
@@ -188,7 +194,7 @@ async fn a_small_descriptor_limit_leaves_the_forker_working() {
     // Just enough for the server; the child used to park descriptors at 64.
     let mut command = tokio::process::Command::new("sh");
     command.args(["-c", r#"ulimit -n 66 && exec "$0""#, crate::binary::BIN]);
-    let mut server = crate::binary::Binary::from_command(command);
+    let mut server = Binary::from_command(command);
     server.result("initialize", json!({"clientName": "forker-test"})).await;
     server.send_line(r#"{"method":"initialized"}"#).await;
     let pid = server.child.id().unwrap();
