@@ -63,6 +63,8 @@ mod bridge;
 #[cfg(feature = "server")]
 mod cli;
 #[cfg(feature = "server")]
+mod env_fd;
+#[cfg(feature = "server")]
 mod fd;
 #[cfg(feature = "server")]
 mod fs;

@@ -69,16 +69,20 @@ pub(crate) fn report_start_failure(errno: i32) {
 }
 
 /// A sandboxed start, ready for `posix_spawn`: the helper, its argv, and the
-/// descriptors it gets at 3 (the life pipe) and 4 (the report pipe).
+/// descriptors it gets at 3 (the life pipe), 4 (the report pipe) and 5 (the
+/// program's environment, see `env_fd`). The helper's own environment is
+/// empty: nothing of the client's reaches a process outside the sandbox.
 pub(crate) struct Prepared {
     pub(crate) helper: std::path::PathBuf,
     pub(crate) argv: Vec<CString>,
-    pub(crate) fds: [(RawFd, RawFd); 2],
+    pub(crate) fds: [(RawFd, RawFd); 3],
     report: OwnedFd,
     report_child: OwnedFd,
+    _env: OwnedFd,
 }
 
-/// Builds the trampoline's command line for `program` under `policy`.
+/// Builds the trampoline's command line for `program` under `policy`, and
+/// seals `env`, the program's environment, for it.
 pub(crate) fn prepare(
     policy: &Policy,
     helper: Option<&Path>,
@@ -86,6 +90,7 @@ pub(crate) fn prepare(
     cwd: &Path,
     tty: Option<&Path>,
     argv: Vec<CString>,
+    env: &[CString],
 ) -> io::Result<Prepared> {
     let unavailable = std::env::var(UNAVAILABLE_ENV)
         .map(|list| list.split(',').map(str::to_owned).collect())
@@ -123,8 +128,13 @@ pub(crate) fn prepare(
     full.extend(argv);
     let life = life_pipe()?;
     let (report, report_child) = pipe()?;
-    let fds = [(life, report::LIFE_FD), (report_child.as_raw_fd(), report::REPORT_FD)];
-    Ok(Prepared { helper, argv: full, fds, report, report_child })
+    let env = crate::env_fd::seal(env)?;
+    let fds = [
+        (life, report::LIFE_FD),
+        (report_child.as_raw_fd(), report::REPORT_FD),
+        (env.as_raw_fd(), crate::env_fd::ENV_FD),
+    ];
+    Ok(Prepared { helper, argv: full, fds, report, report_child, _env: env })
 }
 
 impl Prepared {
@@ -159,18 +169,18 @@ fn life_pipe() -> io::Result<RawFd> {
 }
 
 /// A pipe (read end, write end), close-on-exec, both above 2 and away from 3
-/// and 4, so the spawn's dup2s onto 3 and 4 never clobber one another.
+/// to 5, so the spawn's dup2s onto 3, 4 and 5 never clobber one another.
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let (read, write) = crate::fd::pipe()?;
-    Ok((above_four(read)?, above_four(write)?))
+    Ok((above_five(read)?, above_five(write)?))
 }
 
-fn above_four(fd: OwnedFd) -> io::Result<OwnedFd> {
-    if fd.as_raw_fd() > 4 {
+fn above_five(fd: OwnedFd) -> io::Result<OwnedFd> {
+    if fd.as_raw_fd() > 5 {
         return Ok(fd);
     }
-    // SAFETY: duplicates a valid descriptor to a new one of at least 5.
-    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 5) };
+    // SAFETY: duplicates a valid descriptor to a new one of at least 6.
+    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 6) };
     if moved < 0 {
         return Err(io::Error::last_os_error());
     }

@@ -197,22 +197,30 @@ impl Group {
     /// for the spawn and back out after, then the limits that would hold the
     /// thread up (CPU) or count it (pids) are set to the tree's own; for a v2
     /// one, `spawn` gets the program and argv to run instead (the `join`
-    /// trampoline, `exe` being this binary). A child whose cgroup could not
-    /// be put in order is killed: nothing runs with less than was asked.
+    /// trampoline, `exe` being this binary), and `true` as its third
+    /// argument: the join takes the program's environment sealed (`env_fd`),
+    /// and passes it on untouched when `program` is the sandbox's
+    /// `trampoline`. A child whose cgroup could not be put in order is
+    /// killed: nothing runs with less than was asked.
     pub(crate) fn spawn_inside(
         &self,
         exe: &Path,
         program: &Path,
         argv: &[CString],
-        spawn: impl FnOnce(&Path, &[CString]) -> io::Result<u32>,
+        trampoline: bool,
+        spawn: impl FnOnce(&Path, &[CString], bool) -> io::Result<u32>,
     ) -> io::Result<u32> {
-        let (program, argv) = match self.parts.iter().find(|part| part.version == Version::V2) {
-            Some(part) => join::wrap(exe, &part.dir.join("cgroup.procs"), program, argv)?,
+        let v2 = self.parts.iter().find(|part| part.version == Version::V2);
+        let joining = v2.is_some();
+        let (program, argv) = match v2 {
+            Some(part) => {
+                join::wrap(exe, &part.dir.join("cgroup.procs"), program, argv, trampoline)?
+            }
             None => (program.to_path_buf(), argv.to_vec()),
         };
         let v1: Vec<&Part> = self.parts.iter().filter(|part| part.version == Version::V1).collect();
         if v1.is_empty() {
-            return spawn(&program, &argv);
+            return spawn(&program, &argv, joining);
         }
         let _moves = MOVES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         // The way back is opened first: a thread that could not return must not leave.
@@ -230,7 +238,7 @@ impl Group {
             moved.push(*part);
             Ok::<(), io::Error>(())
         });
-        let outcome = entered.and_then(|()| spawn(&program, &argv));
+        let outcome = entered.and_then(|()| spawn(&program, &argv, joining));
         let mut settled = Ok(());
         for part in moved {
             if let Err(error) = return_home(&part.home, &tid) {

@@ -60,12 +60,14 @@ pub(crate) fn launch(request: &Launch<'_>) -> io::Result<u32> {
             actions.dup2(0, 2)?;
         }
     }
-    for &(from, to) in request.fds {
-        actions.dup2(from, to)?;
-    }
+    // The cwd before the extra descriptors, whose targets may be the number
+    // the checked directory has here.
     match request.cwd_dir {
         Some(dir) => actions.fchdir(dir.as_raw_fd())?,
         None => actions.chdir(&cwd)?,
+    }
+    for &(from, to) in request.fds {
+        actions.dup2(from, to)?;
     }
     let attributes = Attributes::new()?;
     let mut pid: libc::pid_t = 0;

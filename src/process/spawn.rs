@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsString};
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -98,28 +98,36 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> Result<Spawned, SpawnError> {
         .collect::<io::Result<Vec<_>>>()?;
     let launch = |stdio, tty: Option<&Path>| {
         let prepared = match request.sandbox {
-            Some((policy, helper)) => {
-                Some(sandbox::prepare(policy, helper, &program, request.cwd, tty, argv.clone())?)
-            }
+            Some((policy, helper)) => Some(sandbox::prepare(
+                policy,
+                helper,
+                &program,
+                request.cwd,
+                tty,
+                argv.clone(),
+                &env,
+            )?),
             None => None,
         };
-        let (exe, args, fds) = match &prepared {
-            Some(prepared) => (prepared.helper.as_path(), &prepared.argv, &prepared.fds[..]),
-            None => (program.as_path(), &argv, &[][..]),
+        // A helper (the trampoline, the cgroup join) runs outside any sandbox:
+        // its environment is empty, and the program's reaches it sealed (env_fd).
+        let (exe, args, fds, env) = match &prepared {
+            Some(prepared) => {
+                (prepared.helper.as_path(), &prepared.argv, &prepared.fds[..], &[][..])
+            }
+            None => (program.as_path(), &argv, &[][..], &env[..]),
         };
         // Held across the spawn: the orphan reaper must not reap this child before it is known.
         let registry = registry::lock_for_spawn()?;
         let base = Launch {
             program: exe,
             argv: args,
-            env: &env,
+            env,
             stdio,
             cwd: request.cwd,
             cwd_dir: request.cwd_dir,
             fds,
         };
-        let launch =
-            |program: &Path, argv: &[CString]| launch::launch(&Launch { program, argv, ..base });
         // The default trampoline (this binary) comes from the resident
         // forker when there is one; a limited start's must be born in its
         // cgroup, and a named helper is exec'd.
@@ -131,9 +139,32 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> Result<Spawned, SpawnError> {
             (Some(forked), _) => forked?,
             (None, Some((group, helper))) => {
                 let helper = helper.unwrap_or(Path::new(SELF_EXE));
-                group.spawn_inside(helper, exe, args, launch)?
+                group.spawn_inside(
+                    helper,
+                    exe,
+                    args,
+                    prepared.is_some(),
+                    |program, argv, joining| {
+                        match joining {
+                            // The join helper execs the program itself: it takes
+                            // the environment sealed too.
+                            true if prepared.is_none() => {
+                                let sealed = crate::env_fd::seal(env)?;
+                                let fds = [(sealed.as_raw_fd(), crate::env_fd::ENV_FD)];
+                                launch::launch(&Launch {
+                                    program,
+                                    argv,
+                                    env: &[],
+                                    fds: &fds,
+                                    ..base
+                                })
+                            }
+                            _ => launch::launch(&Launch { program, argv, ..base }),
+                        }
+                    },
+                )?
             }
-            (None, None) => launch(exe, args)?,
+            (None, None) => launch::launch(&base)?,
         };
         registry.register(pid);
         if let Some(prepared) = prepared {

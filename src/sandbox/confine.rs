@@ -9,8 +9,13 @@ use super::spec::Spec;
 use super::sys::{self, check};
 use super::{landlock, report, seccomp};
 
-/// Confines this process and executes the program; never returns.
-pub(crate) fn exec(spec: &Spec, roots: &Roots, abi: u32, argv: &[CString]) -> ! {
+/// Confines this process and executes the program (`argv`, `env`); never returns.
+pub(crate) fn exec(
+    spec: &Spec,
+    roots: &Roots,
+    abi: u32,
+    (argv, env): (&[CString], &[CString]),
+) -> ! {
     if let Err(message) = confine(spec, roots, abi) {
         report::setup_failed(&message);
         // SAFETY: ends this process at once.
@@ -24,15 +29,19 @@ pub(crate) fn exec(spec: &Spec, roots: &Roots, abi: u32, argv: &[CString]) -> ! 
             unsafe { libc::_exit(126) };
         }
     };
-    let mut pointers: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
-    pointers.push(std::ptr::null());
+    let pointers = |strings: &[CString]| {
+        let mut pointers: Vec<*const libc::c_char> = strings.iter().map(|a| a.as_ptr()).collect();
+        pointers.push(std::ptr::null());
+        pointers
+    };
+    let (argv, env) = (pointers(argv), pointers(env));
     if report::ready().is_err() {
         // SAFETY: ends this process at once: the server is gone.
         unsafe { libc::_exit(126) };
     }
-    // SAFETY: a NUL-terminated path and a NULL-terminated argv kept alive above;
-    // the environment is this process's own, which the server set for the program.
-    unsafe { libc::execv(program.as_ptr(), pointers.as_ptr()) };
+    // SAFETY: a NUL-terminated path and NULL-terminated argv and environment
+    // kept alive above.
+    unsafe { libc::execve(program.as_ptr(), argv.as_ptr(), env.as_ptr()) };
     let error = std::io::Error::last_os_error();
     if spec.policy.exit_on_exec_failure {
         // The start stands (the report said ready); the process says why and exits.

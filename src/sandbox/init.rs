@@ -14,7 +14,14 @@ use super::spec::Spec;
 use super::sys::{self, check};
 
 /// Runs the init; never returns.
-pub(crate) fn run(spec: &Spec, roots: &Roots, abi: u32, argv: &[CString], status: OwnedFd) -> ! {
+/// `program` is the program's argv and environment.
+pub(crate) fn run(
+    spec: &Spec,
+    roots: &Roots,
+    abi: u32,
+    program: (&[CString], &[CString]),
+    status: OwnedFd,
+) -> ! {
     let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
     // SAFETY: constant strings; a new proc mount of this PID namespace over /proc.
     let rc = unsafe {
@@ -30,7 +37,7 @@ pub(crate) fn run(spec: &Spec, roots: &Roots, abi: u32, argv: &[CString], status
     // SAFETY: this process is single-threaded; the child runs only our code.
     let program = match unsafe { libc::fork() } {
         -1 => fail(&sys::failed("cannot start the program")),
-        0 => confine::exec(spec, roots, abi, argv),
+        0 => confine::exec(spec, roots, abi, program),
         pid => pid,
     };
     // SAFETY: the report is the program's to send.

@@ -176,7 +176,14 @@ fn become_helper(
         for fd in keep {
             libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, 0);
         }
-        libc::execv(program.as_ptr(), argv.as_ptr());
+        // Nothing of the client's either: it runs in the host's namespaces
+        // with the server's privileges, so it starts at / with an empty
+        // environment (no LD_PRELOAD, no PATH lookups; its path is absolute).
+        if libc::chdir(c"/".as_ptr()) != 0 {
+            libc::_exit(127);
+        }
+        let no_env: [*const libc::c_char; 1] = [std::ptr::null()];
+        libc::execve(program.as_ptr(), argv.as_ptr(), no_env.as_ptr());
         libc::_exit(127)
     }
 }

@@ -37,7 +37,7 @@ const MIN_LANDLOCK_ABI: u32 = 1;
 /// Runs the hidden mode; never returns.
 pub(crate) fn main(args: Vec<OsString>) -> ! {
     ignore_signals();
-    let (spec, argv) = match parse(args) {
+    let (spec, argv, env) = match parse(args) {
         Ok(parsed) => parsed,
         Err(message) => fail(&message),
     };
@@ -73,7 +73,7 @@ pub(crate) fn main(args: Vec<OsString>) -> ! {
         -1 => fail(&sys::failed("cannot start the sandbox's init")),
         0 => {
             drop(status_read);
-            init::run(&spec, &roots, abi, &argv, status_write)
+            init::run(&spec, &roots, abi, (&argv, &env), status_write)
         }
         _ => {
             drop(status_write);
@@ -89,7 +89,9 @@ pub(crate) fn main(args: Vec<OsString>) -> ! {
     }
 }
 
-fn parse(args: Vec<OsString>) -> Result<(Spec, Vec<CString>), String> {
+/// The spec, the program's argv, and its environment (this process's own is
+/// the server's choice, not the client's: see `env_fd`).
+fn parse(args: Vec<OsString>) -> Result<(Spec, Vec<CString>, Vec<CString>), String> {
     let mut args = args.into_iter().skip(2);
     let spec = args.next().ok_or("the sandbox helper got no policy")?;
     let spec: Spec = serde_json::from_slice(spec.as_encoded_bytes())
@@ -101,7 +103,8 @@ fn parse(args: Vec<OsString>) -> Result<(Spec, Vec<CString>), String> {
     if argv.is_empty() {
         return Err("the sandbox helper got no program".to_owned());
     }
-    Ok((spec, argv))
+    let env = crate::env_fd::take()?;
+    Ok((spec, argv, env))
 }
 
 /// Checks that every mechanism is there; the Landlock ABI to use.

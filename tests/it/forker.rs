@@ -41,7 +41,7 @@ fn restricted(tree: &Tree) -> serde_json::Value {
 }
 
 /// The server's one forker (the test fails unless there is exactly one).
-fn the_forker(server: u32) -> u32 {
+pub fn the_forker(server: u32) -> u32 {
     let [forker] = children(server, is_forker)[..] else { panic!("no single forker") };
     forker
 }

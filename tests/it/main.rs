@@ -15,6 +15,7 @@ mod fs_files;
 mod fs_trees;
 mod fuse;
 mod held;
+mod helper_env;
 mod http;
 mod large;
 mod launcher;
