@@ -60,9 +60,6 @@ pub(crate) struct Group {
     retired: Retired,
 }
 
-/// Serialises the moves of spawning threads: the one `tasks` write each way.
-static MOVES: Mutex<()> = Mutex::new(());
-
 impl Group {
     /// Makes the cgroup of a start with `limits` (at least one set), whose
     /// sandbox adds `helpers` processes of the server's own (a trampoline and
@@ -222,7 +219,6 @@ impl Group {
         if v1.is_empty() {
             return spawn(&program, &argv, joining);
         }
-        let _moves = MOVES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         // The way back is opened first: a thread that could not return must not leave.
         for part in &v1 {
             open_home(&part.home).map_err(|error| {

@@ -51,6 +51,25 @@ impl ProcessTable {
         if !self.entries.is_empty() || !self.lingering.is_empty() {
             self.sweeps.spawn_blocking(self.family_ender());
         }
+        self.kill_stuck_starts();
+    }
+
+    /// The session ends while starts are under way (a `session/end` waits
+    /// behind them): each is killed once started, and one stuck in its exec
+    /// (a program on a hung mount) is killed now, which lets the rest finish.
+    pub(crate) fn end_starts(&mut self) {
+        self.closing = true;
+        self.kill_stuck_starts();
+    }
+
+    fn kill_stuck_starts(&mut self) {
+        if !self.starting.is_empty() {
+            let kill_stuck = self.spawner.kill_stuck();
+            self.sweeps.spawn_blocking(move || {
+                kill_stuck();
+                0
+            });
+        }
     }
 
     /// Kills every process group and session (connection end), in one
@@ -69,6 +88,7 @@ impl ProcessTable {
         if !groups.is_empty() {
             self.sweeps.spawn_blocking(move || tree::kill_groups(&groups));
         }
+        self.kill_stuck_starts();
     }
 
     /// Drops the entry of `id`; its session lingers (see `lingering`).

@@ -26,7 +26,7 @@ mod wire;
 
 use std::ffi::{CStr, CString};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -52,7 +52,9 @@ enum State {
     NotStarted,
     Running {
         socket: UnixStream,
-        pid: u32,
+        /// Signalled through this, never by pid: once it has died and been
+        /// reaped, its pid may be another process's.
+        pidfd: OwnedFd,
     },
     /// It could not be started or has ended: every start execs.
     Gone,
@@ -60,37 +62,36 @@ enum State {
 
 /// Starts the trampoline `request` describes through the forker; None when no
 /// forker runs or the request does not fit it (the caller `posix_spawn`s the
-/// trampoline instead). The caller holds the registry locked for the spawn,
-/// so the child cannot be reaped unregistered.
+/// trampoline instead). The caller has announced the spawn
+/// (`registry::spawning`), so the child cannot be reaped unregistered.
 pub(crate) fn launch(request: &Launch<'_>) -> Option<io::Result<u32>> {
     let mut state = FORKER.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if let State::NotStarted = *state {
         *state = match start() {
-            Ok((socket, pid)) => State::Running { socket, pid },
+            Ok((socket, pidfd)) => State::Running { socket, pidfd },
             Err(error) => {
                 tracing::debug!(%error, "no sandbox forker; trampolines are exec'd");
                 State::Gone
             }
         };
     }
-    let State::Running { socket, pid } = &mut *state else { return None };
-    let forker = *pid;
     let (frame, fds) = wire::encode(request)?;
+    let State::Running { socket, pidfd } = &mut *state else { return None };
     // One deadline for the whole exchange, however the forker dribbles.
     let deadline = Instant::now() + ANSWER_TIMEOUT;
     if let Err(error) = wire::send(socket, &frame, &fds, deadline) {
         // Killed before it could have the whole request: no child can come
         // of it, and the trampoline is exec'd instead.
         tracing::debug!(%error, "the sandbox forker did not take a request; trampolines are exec'd");
+        kill(pidfd);
         *state = State::Gone;
-        kill(forker);
         return None;
     }
     match wire::read_reply(socket, deadline) {
         Ok(answer) => Some(answer),
         Err(error) => {
+            kill(pidfd);
             *state = State::Gone;
-            kill(forker);
             let stuck = matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut);
             Some(Err(match stuck {
                 true => io::Error::new(
@@ -106,28 +107,30 @@ pub(crate) fn launch(request: &Launch<'_>) -> Option<io::Result<u32>> {
     }
 }
 
-/// Kills the forker, our own child, unreaped: the orphan reaper (which reaps
-/// it later) waits for the registry lock the caller of [`launch`] holds.
-fn kill(pid: u32) {
-    // SAFETY: a signal to our own unreaped child (see above).
-    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+/// Kills the forker through its pidfd (a forker that died and was reaped
+/// meanwhile is not there to be signalled, and nothing else is); the orphan
+/// reaper reaps it.
+fn kill(pidfd: &OwnedFd) {
+    let _ = super::tree::pidfd_send_signal(pidfd, super::signal::Signal::KILL);
 }
 
 /// The forker: this binary again with its end of the socket as the helper's descriptor,
 /// once it has said it is one (a program embedding the server that does not
 /// run [`run_if_forker`] first thing in `main` never does, and is killed).
-fn start() -> io::Result<(UnixStream, u32)> {
+fn start() -> io::Result<(UnixStream, OwnedFd)> {
     let (mut ours, theirs) = UnixStream::pair()?;
     ours.set_read_timeout(Some(ANSWER_TIMEOUT))?;
     ours.set_write_timeout(Some(ANSWER_TIMEOUT))?;
     let argv = [CString::from(c"exec-server-fork"), CString::from(MARKER)];
     let pid = helper::spawn(&argv, theirs.as_raw_fd())?;
     drop(theirs);
+    // Born during the caller's spawn, so the reaper has left it: its pid is still its own.
+    let pidfd = super::tree::pidfd_open(pid)?;
     let mut hello = [0u8; 1];
     match ours.read_exact(&mut hello) {
-        Ok(()) if hello == HELLO => Ok((ours, pid)),
+        Ok(()) if hello == HELLO => Ok((ours, pidfd)),
         answer => {
-            kill(pid);
+            kill(&pidfd);
             Err(answer.err().unwrap_or_else(|| io::Error::other("not a sandbox forker")))
         }
     }

@@ -4,9 +4,11 @@
 //!
 //! A connection reaps its own leaders (it needs their exit status). Anything
 //! else that becomes our child, because the binary is a subreaper, is reaped by
-//! [`reap_orphans`]. The two never race: a leader is registered while the
-//! registry lock is held across its spawn, and [`reap_orphans`] holds the same
-//! lock while it decides what to reap.
+//! [`reap_orphans`]. The two never race, and no lock is held across a spawn
+//! (an exec on a hung mount would hold up every other connection's starts):
+//! a spawn is announced first ([`spawning`]: its thread and when it began),
+//! its child registered once its pid is known, and [`reap_orphans`] leaves
+//! alone every unknown child born after the oldest spawn under way began.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -24,32 +26,102 @@ static WATCHER: OnceLock<Mutex<File>> = OnceLock::new();
 /// The watcher's pid: a descendant that must outlive the final sweep.
 static WATCHER_PID: OnceLock<u32> = OnceLock::new();
 
-/// The registry, locked for a spawn: register the child before letting go.
-pub(crate) struct SpawnLock {
-    leaders: MutexGuard<'static, Option<HashSet<u32>>>,
+/// Spawns under way: an id, the spawning thread, and when it began (clock
+/// ticks since boot, as `/proc/PID/stat` counts a process's start).
+static IN_FLIGHT: Mutex<Vec<InFlight>> = Mutex::new(Vec::new());
+
+#[derive(Clone, Copy)]
+struct InFlight {
+    id: u64,
+    tid: libc::pid_t,
+    began: u64,
 }
 
-/// Locks the registry for a spawn. When the binary asked for a watcher
+/// A spawn under way: register its child before dropping it.
+pub(crate) struct Spawning {
+    id: u64,
+}
+
+/// Announces a spawn on this thread. When the binary asked for a watcher
 /// ([`want_watcher`]) and none runs yet, it is started first; if it cannot
 /// be, the spawn fails (a child must not run without it) and the next one
 /// tries again.
-pub(crate) fn lock_for_spawn() -> io::Result<SpawnLock> {
+pub(crate) fn spawning() -> io::Result<Spawning> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    start_watcher()?;
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    in_flight().push(InFlight { id, tid, began: boot_ticks() });
+    Ok(Spawning { id })
+}
+
+impl Drop for Spawning {
+    fn drop(&mut self) {
+        in_flight().retain(|spawn| spawn.id != self.id);
+    }
+}
+
+fn in_flight() -> MutexGuard<'static, Vec<InFlight>> {
+    IN_FLIGHT.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Now, in clock ticks since boot (rounded down, as the kernel rounds a
+/// process's start: a child born after this has a start at least this).
+fn boot_ticks() -> u64 {
+    // SAFETY: timespec is plain data that clock_gettime fills in.
+    let mut now: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid timespec; CLOCK_BOOTTIME is what the kernel's start times count.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) };
+    // SAFETY: sysconf has no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100).max(1);
+    let nanos = u64::try_from(now.tv_sec).unwrap_or(0).saturating_mul(1_000_000_000)
+        + u64::try_from(now.tv_nsec).unwrap_or(0);
+    nanos / (1_000_000_000 / hz)
+}
+
+/// Kills the child that the spawn under way on thread `tid` is stuck
+/// exec'ing (a program on a mount that does not answer): the unknown
+/// children of that thread, born since its spawn began, that have not
+/// exec'd yet (they still bear the spawning thread's name). Its spawn then
+/// returns, and the start fails or its process is reported killed.
+pub(crate) fn kill_stuck_spawn(tid: libc::pid_t) {
+    let Some(began) = in_flight().iter().find(|spawn| spawn.tid == tid).map(|spawn| spawn.began)
+    else {
+        return;
+    };
+    let Ok(name) = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")) else {
+        return;
+    };
+    let Ok(children) = std::fs::read_to_string(format!("/proc/self/task/{tid}/children")) else {
+        return;
+    };
     let leaders = lock();
-    start_watcher_locked()?;
-    Ok(SpawnLock { leaders })
+    for pid in children.split_ascii_whitespace().filter_map(|p| p.parse::<u32>().ok()) {
+        if leaders.as_ref().is_some_and(|l| l.contains(&pid)) {
+            continue;
+        }
+        let born_since = tree::stat(pid).is_ok_and(|stat| stat.start >= began);
+        let unexeced =
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm == name);
+        if born_since && unexeced {
+            // An unreaped child (the reaper leaves it while the spawn is under
+            // way, and this lock is held): its pid cannot have been reused.
+            // SAFETY: a signal to our own child.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        }
+    }
 }
 
 /// Starts the watcher, when the binary wants one and none runs yet: before
 /// the first cgroup is made (it removes them too).
 pub(crate) fn start_watcher() -> io::Result<()> {
+    if !WATCHER_WANTED.load(Ordering::Relaxed) || WATCHER.get().is_some() {
+        return Ok(());
+    }
+    // Locked: the orphan reaper must not see the watcher before it is known.
     let _leaders = lock();
-    start_watcher_locked()
-}
-
-/// [`start_watcher`] with the registry locked (the orphan reaper must not
-/// see the watcher before it is known).
-fn start_watcher_locked() -> io::Result<()> {
-    if WATCHER_WANTED.load(Ordering::Relaxed) && WATCHER.get().is_none() {
+    if WATCHER.get().is_none() {
         let (pid, pipe) = super::watcher::spawn().map_err(|error| {
             io::Error::new(
                 error.kind(),
@@ -73,11 +145,10 @@ pub(crate) fn want_watcher() {
     WATCHER_WANTED.store(true, Ordering::Relaxed);
 }
 
-impl SpawnLock {
+impl Spawning {
     /// Records `pid` as a leader owned by a connection, and tells the watcher.
-    pub(crate) fn register(mut self, pid: u32) {
-        self.leaders.get_or_insert_with(HashSet::new).insert(pid);
-        drop(self);
+    pub(crate) fn register(&self, pid: u32) {
+        lock().get_or_insert_with(HashSet::new).insert(pid);
         if let Some(watcher) = WATCHER.get() {
             // The watcher tells our leader from a later process with its pid by start time.
             if let Ok(stat) = tree::stat(pid) {
@@ -87,8 +158,7 @@ impl SpawnLock {
     }
 }
 
-/// Leaders reaped while the registry was locked (a spawn holds it until its
-/// exec, which a hung mount can stretch): removed at the next lock.
+/// Leaders reaped while the registry was locked: removed at the next lock.
 static REAPED_LATER: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 
 /// The connection reaped `pid` (or gave up on it): it is no longer a leader.
@@ -158,9 +228,15 @@ pub(crate) fn forgotten(pid: u32) {
 /// Reaps every exited child that is not a connection's leader; returns how many.
 pub(crate) fn reap_orphans() -> usize {
     let leaders = lock();
+    // A child born since the oldest spawn under way began may be that
+    // spawn's, not yet registered: it waits for the next pass.
+    let oldest = in_flight().iter().map(|spawn| spawn.began).min();
     let mut reaped = 0;
     for pid in children() {
         if leaders.as_ref().is_some_and(|l| l.contains(&pid)) {
+            continue;
+        }
+        if oldest.is_some_and(|began| tree::stat(pid).is_ok_and(|stat| stat.start >= began)) {
             continue;
         }
         if reap(pid) {
@@ -191,7 +267,7 @@ fn children() -> Vec<u32> {
     pids
 }
 
-/// Locks the registry (off the loop only: spawns hold it across an exec).
+/// Locks the registry (off the loop only; held for map updates and the reaper's pass).
 fn lock() -> MutexGuard<'static, Option<HashSet<u32>>> {
     // A panic while holding the lock leaves the set consistent (single inserts/removes).
     let mut leaders = LEADERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());

@@ -117,8 +117,8 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> Result<Spawned, SpawnError> {
             }
             None => (program.as_path(), &argv, &[][..], &env[..]),
         };
-        // Held across the spawn: the orphan reaper must not reap this child before it is known.
-        let registry = registry::lock_for_spawn()?;
+        // Announced: the orphan reaper leaves this child alone until it is known.
+        let spawning = registry::spawning()?;
         let base = Launch {
             program: exe,
             argv: args,
@@ -166,7 +166,7 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> Result<Spawned, SpawnError> {
             }
             (None, None) => launch::launch(&base)?,
         };
-        registry.register(pid);
+        spawning.register(pid);
         if let Some(prepared) = prepared {
             if let Err(failure) = prepared.wait_started() {
                 registry::abandon(pid);

@@ -4,9 +4,12 @@
 //! it), never the connection's loop and never another connection.
 //!
 //! The thread lives as long as its connection's table. If it cannot be
-//! started, the work runs on the caller's thread instead.
+//! started, the work runs on the caller's thread instead. When the table is
+//! killed while a spawn is stuck in its exec, the stuck child is killed
+//! ([`Spawner::kill_stuck`]), which frees the thread.
 
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{mpsc, Arc};
 
 use tokio::sync::oneshot;
 
@@ -29,6 +32,8 @@ struct Job {
 pub(crate) struct Spawner {
     jobs: Option<mpsc::Sender<Job>>,
     unavailable: bool,
+    /// The thread's id, once it runs (0 before).
+    tid: Arc<AtomicI32>,
 }
 
 impl Spawner {
@@ -37,7 +42,7 @@ impl Spawner {
         let (reply, outcome) = oneshot::channel();
         let job = Job { work, reply };
         if self.jobs.is_none() && !self.unavailable {
-            self.jobs = start();
+            self.jobs = start(self.tid.clone());
             self.unavailable = self.jobs.is_none();
         }
         match &self.jobs {
@@ -52,9 +57,23 @@ impl Spawner {
     }
 }
 
-fn start() -> Option<mpsc::Sender<Job>> {
+impl Spawner {
+    /// Kills the child the thread is stuck exec'ing, if it is (a blocking
+    /// read of `/proc`: off the loop).
+    pub(crate) fn kill_stuck(&self) -> impl FnOnce() + Send + 'static {
+        let tid = self.tid.clone();
+        move || match tid.load(Ordering::Acquire) {
+            0 => {}
+            tid => super::registry::kill_stuck_spawn(tid),
+        }
+    }
+}
+
+fn start(tid: Arc<AtomicI32>) -> Option<mpsc::Sender<Job>> {
     let (jobs, queue) = mpsc::channel::<Job>();
     let thread = std::thread::Builder::new().name("exec-server-spawn".into()).spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        tid.store(unsafe { libc::gettid() }, Ordering::Release);
         for job in queue {
             run(job);
         }

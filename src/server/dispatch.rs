@@ -410,9 +410,11 @@ impl State {
                 ));
                 return Some(error_reply(&id, error));
             }
-            // An end that waits behind a start ends what may run from now on.
+            // An end that waits behind a start ends what may run from now
+            // on, and the starts themselves (one may be stuck in its exec).
             if method == SessionEnd::NAME && decode::<SessionEnd>(params.clone()).is_ok() {
                 self.ending = Ending::Asked;
+                self.table.end_starts();
             }
             self.waiting_bytes += bytes;
             self.waiting.push_back((Request { id, method, params }, (dialect, numbering), bytes));

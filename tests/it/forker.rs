@@ -179,11 +179,12 @@ async fn a_stopped_forker_cannot_hold_a_large_request_forever() {
     let (mut server, forker) = with_forker(&tree).await;
     signal(forker, libc::SIGSTOP);
     // More than the socket's buffer holds, so the send itself must give up
-    // (ten variables of 100,000 bytes, each under the kernel's 128 KiB limit).
-    let env: serde_json::Map<String, serde_json::Value> =
-        (0..10).map(|n| (format!("BIG{n}"), json!("x".repeat(100_000)))).collect();
-    let argv = ["sh", "-c", "echo ${#BIG0} ${#BIG9}"];
-    let params = sandboxed("large", &argv, tree.w(), env.into(), restricted(&tree));
+    // (ten arguments of 100,000 bytes, each under the kernel's 128 KiB
+    // limit; the environment does not travel in the request).
+    let big = "x".repeat(100_000);
+    let mut argv = vec!["sh", "-c", "echo ${#1} ${#10}", "sh"];
+    argv.extend(std::iter::repeat_n(big.as_str(), 10));
+    let params = sandboxed("large", &argv, tree.w(), json!({}), restricted(&tree));
     assert_eq!(run(&mut server, params).await, ("100000 100000\n".to_owned(), 0));
     wait_dead(forker).await;
 }
@@ -207,4 +208,46 @@ async fn a_small_descriptor_limit_leaves_the_forker_working() {
         assert_eq!((output.trim_end(), code), ("hi", 0), "start {n} (tty: {tty})");
     }
     assert_eq!(children(pid, is_forker).len(), 1, "the starts came from the forker");
+}
+
+/// The forker is signalled through a pidfd: once it died and was reaped, a
+/// process that took its pid (made likely with `ns_last_pid`) is not killed
+/// when the next start finds the forker gone.
+#[tokio::test]
+async fn a_reaped_forkers_pid_taken_by_another_process_is_never_signalled() {
+    if !crate::support::root_or_skip("ns_last_pid, to hand the forker's pid to another process") {
+        return;
+    }
+    let tree = Tree::new("forker-reused", User::Current);
+    let (mut server, forker) = with_forker(&tree).await;
+    signal(forker, libc::SIGKILL);
+    // The server reaps it (an exit makes the orphan reaper run).
+    within("the forker to be reaped", async {
+        let mut n = 0;
+        while std::path::Path::new(&format!("/proc/{forker}")).exists() {
+            n += 1;
+            let params = crate::support::start_params(&format!("reap-{n}"), &["true"], json!({}));
+            run(&mut server, params).await;
+        }
+    })
+    .await;
+    let mut squatter = within("a process on the forker's pid", async {
+        loop {
+            std::fs::write("/proc/sys/kernel/ns_last_pid", (forker - 1).to_string()).unwrap();
+            let child = tokio::process::Command::new("sleep").arg("60").kill_on_drop(true).spawn();
+            let child = child.unwrap();
+            if child.id() == Some(forker) {
+                return child;
+            }
+            drop(child);
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    // The start finds the forker's socket closed, and execs the trampoline.
+    let params =
+        sandboxed("after", &["sh", "-c", "echo after"], tree.w(), json!({}), restricted(&tree));
+    assert_eq!(run(&mut server, params).await, ("after\n".to_owned(), 0));
+    assert!(!is_dead(forker), "the process on the forker's old pid was killed");
+    assert_eq!(squatter.try_wait().unwrap(), None);
 }

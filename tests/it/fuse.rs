@@ -18,15 +18,20 @@ const PYTHON: &str = "/usr/bin/python3";
 
 /// The fixture's filesystem, mounted; unmounted and stopped when dropped (the
 /// stopped child is reaped by tokio in the background: `kill_on_drop`).
-struct Mount {
+pub struct Mount {
     child: Child,
-    point: PathBuf,
+    pub point: PathBuf,
     control: PathBuf,
 }
 
 impl Mount {
     /// Mounts `fixtures/fuse_size.py`, or returns `None` (after saying why) when it cannot run here.
     async fn start(dir: &Path) -> Option<Mount> {
+        Mount::start_fixture(dir, "fuse_size.py").await
+    }
+
+    /// Mounts `fixtures/NAME` (run as `NAME MOUNTPOINT CONTROL`).
+    pub async fn start_fixture(dir: &Path, name: &str) -> Option<Mount> {
         let usable = Path::new("/dev/fuse").exists()
             && std::process::Command::new(PYTHON)
                 .args(["-c", "import fusepy"])
@@ -44,7 +49,7 @@ impl Mount {
         let control = dir.join("size");
         std::fs::create_dir(&point).unwrap();
         std::fs::write(&control, "5").unwrap();
-        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fuse_size.py");
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name);
         let mut child = Command::new(PYTHON)
             .arg(fixture)
             .arg(&point)

@@ -17,6 +17,7 @@ mod fuse;
 mod held;
 mod helper_env;
 mod http;
+mod hung_exec;
 mod large;
 mod launcher;
 mod limits;
