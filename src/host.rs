@@ -68,8 +68,7 @@ pub(crate) async fn reap_orphans() -> io::Result<()> {
     // A new process has no orphans to adopt yet: the first sweep waits for a
     // SIGCHLD (installed above, so none is missed), and start-up stays cheap.
     while sigchld.recv().await.is_some() {
-        // On a blocking thread: it takes the registry lock, which a spawn stuck
-        // in a hung exec may hold; the runtime's thread must never wait on it.
+        // On a blocking thread: it reads /proc and takes the registry lock.
         let _ = tokio::task::spawn_blocking(crate::process::reap_orphans).await;
     }
     Ok(())

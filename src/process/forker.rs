@@ -40,9 +40,9 @@ pub(crate) const MARKER: &CStr = c"--exec-server-sandbox-forker";
 const HELLO: [u8; 1] = *b"F";
 /// How long the server waits for the forker to start, or to take a request
 /// and answer it, both together (a clone takes well under a millisecond). The
-/// registry stays locked meanwhile (a child must be registered before it can
-/// be reaped), so a forker that does not keep up (stopped, say) is killed
-/// after this, and every later start execs.
+/// forker serves one start at a time for every connection, so a forker that
+/// does not keep up (stopped, say) is killed after this, and every later
+/// start execs.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The server's end: its socket, or why there is none.
