@@ -6,7 +6,10 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
-use crate::support::{b64, is_dead, open_proc_fd, scratch, start_params, unb64, wait_dead, within};
+use crate::support::{
+    b64, children_of, is_dead, open_proc_fd, poll_proc, scratch, start_params, unb64, wait_dead,
+    within,
+};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_exec-server");
 
@@ -285,23 +288,16 @@ async fn a_start_fails_when_its_watcher_cannot_start() {
         } else if reply.get("result").is_some() {
             let list = server.result("process/list", json!({})).await;
             let pid = server.child.id().unwrap();
-            // By its command line, final at its exec (it renames itself only once running).
-            let is_watcher = |child: u32| {
+            // By its command line, which it has once its exec is done: the
+            // spawn may return before that (the vfork child lets its parent
+            // go early in the exec), so the test waits for it.
+            let is_watcher = |child: &u32| {
                 std::fs::read(format!("/proc/{child}/cmdline"))
                     .is_ok_and(|line| line.ends_with(b"--exec-server-watcher\0"))
             };
-            // Children by their parent pid in `/proc/*/stat`: the `children` files
-            // are only a snapshot per thread (the kernel says they may miss one).
-            let parent_of = |child: u32| {
-                let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).ok()?;
-                stat.rsplit_once(") ")?.1.split_whitespace().nth(1)?.parse::<u32>().ok()
-            };
-            let watchers = std::fs::read_dir("/proc")
-                .unwrap()
-                .flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-                .filter(|&child| parent_of(child) == Some(pid) && is_watcher(child))
-                .count();
+            let watchers = |pid| children_of(pid).into_iter().filter(is_watcher).count();
+            let what = format!("limit {limit}: the watcher of a started child ({list})");
+            let watchers = poll_proc(&what, || Some(watchers(pid)).filter(|&n| n > 0)).await;
             assert_eq!(watchers, 1, "limit {limit}: a child started without a watcher: {list}");
         } else {
             assert!(

@@ -6,25 +6,11 @@ use serde_json::json;
 
 use crate::binary::Binary;
 use crate::sandbox::{run, sandboxed, Tree, User};
-use crate::support::{is_dead, wait_dead, within};
+use crate::support::{children_of, is_dead, wait_dead, within};
 
-/// The parent of `pid`, from `/proc/PID/stat`.
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(") ")?.1.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// The live children of `server` that `is` picks, by their parent pid (the
-/// `children` files are only a snapshot per thread).
+/// The live children of `server` that `is` picks.
 fn children(server: u32, is: impl Fn(u32) -> bool) -> Vec<u32> {
-    let mut found: Vec<u32> = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| parent_of(pid) == Some(server) && !is_dead(pid) && is(pid))
-        .collect();
-    found.sort_unstable();
-    found
+    children_of(server).into_iter().filter(|&pid| !is_dead(pid) && is(pid)).collect()
 }
 
 /// The forker names itself (its children, until they exec, share its command line).

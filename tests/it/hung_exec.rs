@@ -7,25 +7,17 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::fuse::Mount;
-use crate::support::{scratch, start_params, wait_dead, within};
+use crate::support::{children_of, poll_proc, scratch, start_params, wait_dead};
 use crate::websocket::{WsPeer, WsServer};
 
 /// The server's children still bearing its spawner thread's name: started,
 /// and stuck in their exec.
 fn stuck_children(server: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let parent = stat
-                .rsplit_once(") ")
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            parent == Some(server) && comm.trim_end() == "exec-server-spa"
-        })
-        .collect()
+    let named = |pid: &u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .is_ok_and(|comm| comm.trim_end() == "exec-server-spa")
+    };
+    children_of(server).into_iter().filter(named).collect()
 }
 
 /// The next message with `id`.
@@ -50,13 +42,9 @@ async fn a_hung_exec_holds_up_no_other_connection_and_ends_with_its_session() {
     let params = start_params("hung", &[program.to_str().unwrap()], json!({}));
     hung.send_text(&json!({"id": 1, "method": "process/start", "params": params}).to_string())
         .await;
-    let stuck = within("the hung exec's child", async {
-        loop {
-            if let [pid] = stuck_children(server_pid)[..] {
-                return pid;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    let stuck = poll_proc("the hung exec's child", || match stuck_children(server_pid)[..] {
+        [pid] => Some(pid),
+        _ => None,
     })
     .await;
     // Another connection's start is answered at once.
@@ -75,12 +63,7 @@ async fn a_hung_exec_holds_up_no_other_connection_and_ends_with_its_session() {
     // The hung session's end kills its stuck child: the kernel holds the
     // kill until the filesystem answers (here: until its daemon dies).
     hung.send_text(r#"{"id":2,"method":"session/end","params":{}}"#).await;
-    within("SIGKILL sent to the stuck child", async {
-        while !kill_pending(stuck) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    poll_proc("SIGKILL sent to the stuck child", || kill_pending(stuck).then_some(())).await;
     drop(mount);
     wait_dead(stuck).await;
     assert_eq!(reply(&mut hung, 2).await, json!({"id": 2, "result": {}}));

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::binary::BIN;
 use crate::sandbox::{full_snapshot, run, sandboxed, set_xattr, Tree, User, NOBODY};
-use crate::support::{descendants, unb64, wait_dead, within};
+use crate::support::{descendants, poll_proc, unb64, wait_dead, within};
 
 /// Each probe runs `sh -c` on its own copy of the outside tree (`$D`) and its
 /// own file in the writable root (`$M`), and says whether it got through.
@@ -500,18 +500,11 @@ async fn nothing_sandboxed_outlives_a_sigkilled_server() {
         // The watcher starts with the first child and names itself: wait for the name.
         let first = crate::support::start_params("first", &["true"], json!({}));
         server.result("process/start", first).await;
-        let watcher = within("the server's watcher", async {
-            loop {
-                let found =
-                    descendants(server_pid).into_iter().find(|(_, comm)| comm == "exec-server-wd");
-                if let Some((pid, _)) = found {
-                    return pid;
-                }
-                // Polls /proc: a process renaming itself has no event to wait for.
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
+        let watcher = poll_proc("the server's watcher", || {
+            descendants(server_pid).into_iter().find(|(_, comm)| comm == "exec-server-wd")
         })
-        .await;
+        .await
+        .0;
         let script = "kill -STOP \"$WATCHER\" 2>/dev/null; kill -KILL \"$WATCHER\" 2>/dev/null; kill -KILL -1 2>/dev/null; \
             (setsid sh -c 'echo up > ready; exec sleep 1000' </dev/null >/dev/null 2>&1 &); \
             cat ready >/dev/null; echo both-up; exec sleep 1000";

@@ -339,24 +339,52 @@ pub fn peer_pid(path: &std::path::Path) -> u32 {
     cred.pid as u32
 }
 
+/// The parent of `pid`, from `/proc/PID/stat`.
+pub fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The children of `pid` (zombies included), by the parent pid in every
+/// `/proc/*/stat`: the per-thread `children` files are only a snapshot,
+/// which the kernel says may miss a process.
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let mut found: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&child| parent_of(child) == Some(pid))
+        .collect();
+    found.sort_unstable();
+    found
+}
+
 /// The server's processes and their descendants, found through `/proc`.
 pub fn descendants(pid: u32) -> Vec<(u32, String)> {
     let mut found = Vec::new();
     let mut pending = vec![pid];
     while let Some(parent) = pending.pop() {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else { continue };
-        for task in tasks.flatten() {
-            let children =
-                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-            for child in children.split_whitespace().map(|c| c.parse::<u32>().unwrap()) {
-                let comm =
-                    std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
-                found.push((child, comm.trim().to_owned()));
-                pending.push(child);
-            }
+        for child in children_of(parent) {
+            let comm = std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
+            found.push((child, comm.trim().to_owned()));
+            pending.push(child);
         }
     }
     found
+}
+
+/// Polls `/proc` until `found` yields something (a process renaming itself
+/// or exec'ing has no event to wait for), within the tests' one timeout.
+pub async fn poll_proc<T>(what: &str, mut found: impl FnMut() -> Option<T>) -> T {
+    within(what, async {
+        loop {
+            if let Some(value) = found() {
+                return value;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await
 }
 
 /// Whether the tests run as root (to act as another user); otherwise says
