@@ -1,9 +1,14 @@
 //! A sandbox with network has a network namespace of its own: other hosts
-//! are reached (an "outside host" the test makes: a network namespace behind
-//! a veth pair, with 169.254.169.254 routed to it), nothing on this host is
-//! (its loopback, every address of its interfaces, the server's own
-//! listener), and without slirp4netns a networked start is refused. No probe
-//! leaves this machine: each address is checked with `ip route get` first.
+//! are reached, nothing on the server's host is (its loopback, every
+//! address of its interfaces, the server's own listener), and without
+//! slirp4netns a networked start is refused.
+//!
+//! The test that reaches "other hosts" changes nothing of this machine's
+//! network: it makes two network namespaces of its own, a "host" where the
+//! server runs (with a local range and a route to 169.254.169.254 of its
+//! own) and an "outside" host behind a veth pair, and removes both on every
+//! path (a panic included). Each address is checked with `ip route get` in
+//! the test's host first.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -13,22 +18,24 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use exec_server::{Client, ClientOptions, Sandbox, StartParams};
 use serde_json::json;
 
-use crate::binary::Binary;
+use crate::binary::{Binary, BIN};
 use crate::sandbox::{run, run_started, sandboxed, Tree, User, NOBODY};
 use crate::support::{root_or_skip, scratch, within};
 use crate::websocket::WsServer;
 
-/// A host outside this one: a network namespace behind a veth pair
-/// (this side `10.77.N.1`, far side `10.77.N.2`), serving `dir` over HTTP on
-/// port 8080 of every address it has.
-struct OutsideHost {
-    namespace: String,
+/// Two network namespaces of the test's own: the server's "host", and an
+/// "outside" host behind a veth pair (host side `10.77.N.1`, far side
+/// `10.77.N.2`, which also has 169.254.169.254, routed there from the host),
+/// serving `dir` over HTTP on port 8080 of every address it has. The host
+/// has a local range, `10.88.N.0/24`, that no interface lists (AnyIP).
+struct TestHosts {
+    host: String,
+    outside: String,
     host_link: String,
     near: IpAddr,
     far: IpAddr,
-    server: Child,
-    /// Whether 169.254.169.254 was routed to it (and is to be unrouted).
-    metadata: bool,
+    anyip: IpAddr,
+    server: Option<Child>,
 }
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -39,63 +46,108 @@ fn ip(args: &[&str]) -> String {
     String::from_utf8(output.stdout).unwrap()
 }
 
-impl OutsideHost {
-    fn start(dir: &std::path::Path, metadata: bool) -> OutsideHost {
+impl TestHosts {
+    fn start(dir: &std::path::Path) -> TestHosts {
         let n = (std::process::id() + NEXT.fetch_add(1, Ordering::SeqCst)) % 250 + 1;
-        let namespace = format!("es-outside-{n}");
-        let (host_link, far_link) = (format!("esh{n}"), format!("eso{n}"));
-        // A namespace left by a killed run of the same number goes first.
-        let _ =
-            Command::new("ip").args(["netns", "del", &namespace]).stderr(Stdio::null()).status();
-        ip(&["netns", "add", &namespace]);
-        ip(&[
-            "link", "add", &host_link, "type", "veth", "peer", "name", &far_link, "netns",
-            &namespace,
-        ]);
-        ip(&["addr", "add", &format!("10.77.{n}.1/24"), "dev", &host_link]);
-        ip(&["link", "set", &host_link, "up"]);
-        ip(&["-n", &namespace, "addr", "add", &format!("10.77.{n}.2/24"), "dev", &far_link]);
-        ip(&["-n", &namespace, "link", "set", &far_link, "up"]);
-        ip(&["-n", &namespace, "link", "set", "lo", "up"]);
-        if metadata {
-            ip(&["-n", &namespace, "addr", "add", "169.254.169.254/32", "dev", &far_link]);
-            ip(&["route", "add", "169.254.169.254/32", "via", &format!("10.77.{n}.2")]);
+        let (host, outside) = (format!("es-host-{n}"), format!("es-outside-{n}"));
+        // Namespaces left by a killed run of the same number go first.
+        for namespace in [&host, &outside] {
+            let _ =
+                Command::new("ip").args(["netns", "del", namespace]).stderr(Stdio::null()).status();
         }
+        // From here on, Drop removes whatever was made (on a panic too).
+        let mut hosts = TestHosts {
+            host: host.clone(),
+            outside: outside.clone(),
+            host_link: format!("esh{n}"),
+            near: format!("10.77.{n}.1").parse().unwrap(),
+            far: format!("10.77.{n}.2").parse().unwrap(),
+            anyip: format!("10.88.{n}.7").parse().unwrap(),
+            server: None,
+        };
+        let far_link = format!("eso{n}");
+        ip(&["netns", "add", &host]);
+        ip(&["netns", "add", &outside]);
+        let link = &hosts.host_link;
+        ip(&["-n", &host, "link", "add", link, "type", "veth", "peer", "name", &far_link]);
+        ip(&["-n", &host, "link", "set", &far_link, "netns", &outside]);
+        ip(&["-n", &host, "addr", "add", &format!("10.77.{n}.1/24"), "dev", link]);
+        ip(&["-n", &host, "link", "set", link, "up"]);
+        ip(&["-n", &host, "link", "set", "lo", "up"]);
+        ip(&["-n", &host, "route", "add", "local", &format!("10.88.{n}.0/24"), "dev", "lo"]);
+        ip(&["-n", &outside, "addr", "add", &format!("10.77.{n}.2/24"), "dev", &far_link]);
+        ip(&["-n", &outside, "addr", "add", "169.254.169.254/32", "dev", &far_link]);
+        ip(&["-n", &outside, "link", "set", &far_link, "up"]);
+        ip(&["-n", &outside, "link", "set", "lo", "up"]);
+        ip(&["-n", &host, "route", "add", "169.254.169.254/32", "via", &format!("10.77.{n}.2")]);
         let server = Command::new("ip")
-            .args(["netns", "exec", &namespace, "python3", "-m", "http.server", "8080"])
+            .args(["netns", "exec", &outside, "python3", "-m", "http.server", "8080"])
             .arg("--directory")
             .arg(dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let host = OutsideHost {
-            namespace,
-            host_link,
-            near: format!("10.77.{n}.1").parse().unwrap(),
-            far: format!("10.77.{n}.2").parse().unwrap(),
-            server,
-            metadata,
-        };
-        host.confirm_inside(host.far);
-        host
+        hosts.server = Some(server);
+        hosts.confirm_outside(hosts.far);
+        hosts
     }
 
-    /// Fails unless `address` leads into this test's namespace.
-    fn confirm_inside(&self, address: IpAddr) {
-        let route = ip(&["route", "get", &address.to_string()]);
+    /// Runs `work` on a thread in the host's network namespace (its sockets
+    /// stay there, whichever thread uses them later).
+    fn in_host<T: Send>(&self, work: impl FnOnce() -> T + Send) -> T {
+        let path = format!("/run/netns/{}", self.host);
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let namespace = std::fs::File::open(&path).unwrap();
+                    // SAFETY: setns of this thread alone, to a namespace file we hold open.
+                    let rc = unsafe {
+                        libc::setns(std::os::fd::AsRawFd::as_raw_fd(&namespace), libc::CLONE_NEWNET)
+                    };
+                    assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+                    work()
+                })
+                .join()
+                .unwrap()
+        })
+    }
+
+    /// The server binary as `user`, in the host's network namespace, after the handshake.
+    async fn server(&self, user: User) -> Binary {
+        let mut command = tokio::process::Command::new("nsenter");
+        command.arg(format!("--net=/run/netns/{}", self.host)).arg("--");
+        if user == User::Nobody {
+            let ids = [format!("--reuid={NOBODY}"), format!("--regid={NOBODY}")];
+            command.arg("setpriv").args(ids).args(["--clear-groups", "--"]);
+        }
+        command.arg(BIN).stderr(Stdio::inherit());
+        let mut server = Binary::from_command(command);
+        server.result("initialize", json!({"clientName": "netns-test"})).await;
+        server.send_line(r#"{"method":"initialized"}"#).await;
+        server
+    }
+
+    /// The host's addresses that a socket can bind to (link-local v6 needs a scope: left out).
+    fn addresses(&self) -> Vec<IpAddr> {
+        parse_addresses(&ip(&["-n", &self.host, "-o", "addr", "show"]))
+    }
+
+    /// Fails unless `address` leads, from the test's host, into the outside namespace.
+    fn confirm_outside(&self, address: IpAddr) {
+        let route = ip(&["-n", &self.host, "route", "get", &address.to_string()]);
         assert!(
             route.contains(&format!("dev {} ", self.host_link)),
-            "{address} does not lead into the test's namespace: {route}"
+            "{address} does not lead into the test's outside host: {route}"
         );
     }
 
-    /// Waits until its HTTP server answers at `address` (from this host).
+    /// Waits until its HTTP server answers at `address` (from the test's host).
     async fn serving(&self, address: IpAddr) {
-        self.confirm_inside(address);
+        self.confirm_outside(address);
         within("the outside host's HTTP server", async {
             loop {
-                if let Ok(body) = http_get(address, "/") {
+                if let Ok(body) = self.in_host(|| http_get(address, "/")) {
                     if body.starts_with("HTTP/1.0 200") {
                         return;
                     }
@@ -107,34 +159,16 @@ impl OutsideHost {
     }
 }
 
-impl Drop for OutsideHost {
+impl Drop for TestHosts {
     fn drop(&mut self) {
-        let _ = self.server.kill();
-        let _ = self.server.wait();
-        if self.metadata {
-            let _ = Command::new("ip").args(["route", "del", "169.254.169.254/32"]).status();
+        if let Some(mut server) = self.server.take() {
+            let _ = server.kill();
+            let _ = server.wait();
         }
-        let _ = Command::new("ip").args(["netns", "del", &self.namespace]).status();
-    }
-}
-
-/// A `local` route of this host (`ip route add local R dev lo`), removed on drop.
-struct LocalRange(String);
-
-impl LocalRange {
-    fn add(range: &str) -> LocalRange {
-        let _ = Command::new("ip")
-            .args(["route", "del", "local", range, "dev", "lo"])
-            .stderr(Stdio::null())
-            .status();
-        ip(&["route", "add", "local", range, "dev", "lo"]);
-        LocalRange(range.to_owned())
-    }
-}
-
-impl Drop for LocalRange {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["route", "del", "local", &self.0, "dev", "lo"]).status();
+        // Their links, addresses and routes go with them.
+        for namespace in [&self.host, &self.outside] {
+            let _ = Command::new("ip").args(["netns", "del", namespace]).status();
+        }
     }
 }
 
@@ -152,7 +186,11 @@ fn http_get(address: IpAddr, path: &str) -> std::io::Result<String> {
 
 /// This host's addresses that a socket can bind to (link-local v6 needs a scope: left out).
 fn host_addresses() -> Vec<IpAddr> {
-    let text = ip(&["-o", "addr", "show"]);
+    parse_addresses(&ip(&["-o", "addr", "show"]))
+}
+
+/// The addresses in `ip -o addr show`'s output, but link-local v6 ones.
+fn parse_addresses(text: &str) -> Vec<IpAddr> {
     let mut addresses: Vec<IpAddr> = text
         .lines()
         .filter_map(|line| {
@@ -204,26 +242,23 @@ async fn a_networked_sandbox_reaches_other_hosts_and_nothing_on_this_one() {
     let payload: Vec<u8> =
         (0..1_048_576u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
     std::fs::write(dir.join("payload"), &payload).unwrap();
-    let outside = OutsideHost::start(&dir, true);
-    outside.serving(outside.far).await;
-    // The metadata address answers the host itself, from the test's namespace.
+    let hosts = TestHosts::start(&dir);
+    hosts.serving(hosts.far).await;
+    // The metadata address answers the test's host, from the outside namespace.
     let metadata: IpAddr = "169.254.169.254".parse().unwrap();
-    outside.serving(metadata).await;
-    // Listeners on every address of this host (the veth's side included),
-    // and on one of a local range no interface lists (AnyIP).
-    let mut addresses = host_addresses();
-    assert!(addresses.contains(&outside.near), "{addresses:?}");
-    addresses.retain(|a| *a != metadata);
-    let _range = LocalRange::add(&format!(
-        "10.88.{}.0/24",
-        outside.near.to_string().split('.').nth(2).unwrap()
-    ));
-    let anyip: IpAddr =
-        format!("10.88.{}.7", outside.near.to_string().split('.').nth(2).unwrap()).parse().unwrap();
-    addresses.push(anyip);
-    let tcp: Vec<TcpListener> =
-        addresses.iter().map(|a| TcpListener::bind((*a, 0)).unwrap()).collect();
-    let udp: Vec<UdpSocket> = addresses.iter().map(|a| UdpSocket::bind((*a, 0)).unwrap()).collect();
+    hosts.serving(metadata).await;
+    // Listeners on every address of the host (the veth's side included),
+    // and on one of its local range (AnyIP).
+    let mut addresses = hosts.addresses();
+    assert!(addresses.contains(&hosts.near), "{addresses:?}");
+    addresses.push(hosts.anyip);
+    let (tcp, udp) = hosts.in_host(|| {
+        let tcp: Vec<TcpListener> =
+            addresses.iter().map(|a| TcpListener::bind((*a, 0)).unwrap()).collect();
+        let udp: Vec<UdpSocket> =
+            addresses.iter().map(|a| UdpSocket::bind((*a, 0)).unwrap()).collect();
+        (tcp, udp)
+    });
     for socket in &tcp {
         socket.set_nonblocking(true).unwrap();
     }
@@ -239,12 +274,12 @@ async fn a_networked_sandbox_reaches_other_hosts_and_nothing_on_this_one() {
     targets.push(format!("tcp,{metadata},8080"));
     for user in User::all() {
         let tree = Tree::new("netns", user);
-        let mut server = user.ready(&[], &[]).await;
+        let mut server = hosts.server(user).await;
         let got = tree.w.join("got");
         let script = format!(
             "import urllib.request; open('{}', 'wb').write(urllib.request.urlopen('http://{}:8080/payload', timeout=10).read())",
             got.display(),
-            outside.far
+            hosts.far
         );
         let mut argv = vec!["python3", "-c", PROBE];
         argv.extend(targets.iter().map(String::as_str));
