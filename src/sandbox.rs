@@ -82,15 +82,16 @@ pub(crate) struct Prepared {
 }
 
 /// Builds the trampoline's command line for `program` under `policy`, and
-/// seals `env`, the program's environment, for it.
+/// seals `env`, the program's environment, for it. `leave`: the cgroups the
+/// trampoline joins once the init runs (a limited start's homes).
 pub(crate) fn prepare(
     policy: &Policy,
     helper: Option<&Path>,
     program: &Path,
-    cwd: &Path,
-    tty: Option<&Path>,
+    (cwd, tty): (&Path, Option<&Path>),
     argv: Vec<CString>,
     env: &[CString],
+    leave: Vec<std::path::PathBuf>,
 ) -> io::Result<Prepared> {
     let unavailable = std::env::var(UNAVAILABLE_ENV)
         .map(|list| list.split(',').map(str::to_owned).collect())
@@ -109,6 +110,7 @@ pub(crate) fn prepare(
         tty: tty.map(Path::to_path_buf),
         unavailable,
         network_helper,
+        leave,
     };
     let spec = serde_json::to_vec(&spec).map_err(io::Error::other)?;
     if spec.len() > MAX_SPEC {

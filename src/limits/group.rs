@@ -62,8 +62,8 @@ pub(crate) struct Group {
 
 impl Group {
     /// Makes the cgroup of a start with `limits` (at least one set), whose
-    /// sandbox adds `helpers` processes of the server's own (a trampoline and
-    /// an init, and a network helper) that do not count against `processes`.
+    /// sandbox adds `helpers` processes of the server's own (an init, and a
+    /// network helper) that do not count against `processes`.
     pub(crate) fn create(limits: ProcessLimits, helpers: u64) -> Result<Group, Refusal> {
         let wanted = [
             (Controller::Memory, limits.memory_bytes.is_some()),
@@ -124,6 +124,13 @@ impl Group {
     /// The limits the tree runs under.
     pub(crate) fn limits(&self) -> ProcessLimits {
         self.limits
+    }
+
+    /// The `cgroup.procs` files of the server's own cgroups, where a
+    /// sandbox's trampoline goes once it has started the tree's init: one
+    /// per hierarchy the group is in.
+    pub(crate) fn homes(&self) -> Vec<PathBuf> {
+        self.parts.iter().map(|part| part.home.join("cgroup.procs")).collect()
     }
 
     /// Writes the limits of `part`'s controllers, as they stand while the

@@ -102,10 +102,10 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> Result<Spawned, SpawnError> {
                 policy,
                 helper,
                 &program,
-                request.cwd,
-                tty,
+                (request.cwd, tty),
                 argv.clone(),
                 &env,
+                request.group.map(|(group, _)| group.homes()).unwrap_or_default(),
             )?),
             None => None,
         };

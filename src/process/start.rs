@@ -155,9 +155,10 @@ impl ProcessTable {
             }
             let params = StartParams { cwd: cwd.path, ..work_params };
             let confined = policy.as_ref().map(|policy| (policy, settings.helper.as_deref()));
-            // The server's own processes in a sandboxed tree: its trampoline
-            // and init, and the network helper.
-            let helpers = policy.as_ref().map_or(0, |policy| 2 + u64::from(policy.network));
+            // The server's own processes in a sandboxed tree's cgroup: its
+            // init and the network helper (the trampoline leaves the cgroup
+            // before the program starts, so its exit frees no slot for the tree).
+            let helpers = policy.as_ref().map_or(0, |policy| 1 + u64::from(policy.network));
             let group = match tree_limits {
                 Some(limits) => {
                     // The watcher learns of the cgroups as they are made: a

@@ -14,13 +14,15 @@ use super::spec::Spec;
 use super::sys::{self, check};
 
 /// Runs the init; never returns.
-/// `program` is the program's argv and environment.
+/// `program` is the program's argv and environment; `status` takes its
+/// wait status, and `go`, when given, says when the program may start (the
+/// trampoline has left the tree's cgroup; end of file: never).
 pub(crate) fn run(
     spec: &Spec,
     roots: &Roots,
     abi: u32,
     program: (&[CString], &[CString]),
-    status: OwnedFd,
+    (status, go): (OwnedFd, Option<OwnedFd>),
 ) -> ! {
     let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
     // SAFETY: constant strings; a new proc mount of this PID namespace over /proc.
@@ -34,6 +36,14 @@ pub(crate) fn run(
         Ok(fd) => fd,
         Err(message) => fail(&message),
     };
+    if let Some(go) = go {
+        let mut byte = 0u8;
+        // SAFETY: reads one byte into a local.
+        if unsafe { libc::read(go.as_raw_fd(), (&raw mut byte).cast(), 1) } != 1 {
+            // SAFETY: ends this process: the trampoline said why, or died.
+            unsafe { libc::_exit(0) };
+        }
+    }
     // SAFETY: this process is single-threaded; the child runs only our code.
     let program = match unsafe { libc::fork() } {
         -1 => fail(&sys::failed("cannot start the program")),

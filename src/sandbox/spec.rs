@@ -23,4 +23,9 @@ pub(crate) struct Spec {
     /// slirp4netns, resolved by the server, for a policy with network.
     #[serde(default)]
     pub(crate) network_helper: Option<PathBuf>,
+    /// For a limited start: the `cgroup.procs` files of the server's own
+    /// cgroups, which the trampoline joins once it has started the init, so
+    /// that only the tree and its init count against `processes`.
+    #[serde(default)]
+    pub(crate) leave: Vec<PathBuf>,
 }

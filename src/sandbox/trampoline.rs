@@ -45,6 +45,11 @@ pub(crate) fn main(args: Vec<OsString>) -> ! {
         Ok(abi) => abi,
         Err(message) => fail(&message),
     };
+    // Opened here, with the host's credentials, to be written once the init runs.
+    let leave = match open_homes(&spec.leave) {
+        Ok(files) => files,
+        Err(message) => fail(&message),
+    };
     // Network: a namespace of its own, its helper forked here, in the host's.
     let egress = match (&spec.network_helper, spec.policy.network) {
         (_, false) => None,
@@ -68,15 +73,33 @@ pub(crate) fn main(args: Vec<OsString>) -> ! {
         Ok(pipe) => pipe,
         Err(message) => fail(&message),
     };
+    // With cgroups to leave, the init waits for this process to have left
+    // before it starts the program.
+    let go = match leave.is_empty() {
+        true => None,
+        false => {
+            Some(crate::fd::pipe().unwrap_or_else(|e| fail(&format!("cannot create a pipe: {e}"))))
+        }
+    };
     // SAFETY: this process is single-threaded; the child runs only our code.
     match unsafe { libc::fork() } {
         -1 => fail(&sys::failed("cannot start the sandbox's init")),
         0 => {
             drop(status_read);
-            init::run(&spec, &roots, abi, (&argv, &env), status_write)
+            let go = go.map(|(read, _write)| read);
+            init::run(&spec, &roots, abi, (&argv, &env), (status_write, go))
         }
         _ => {
             drop(status_write);
+            if let Some((read, write)) = go {
+                drop(read);
+                if let Err(message) = leave_cgroups(leave) {
+                    fail(&message);
+                }
+                if let Err(error) = sys::write_all(write.as_raw_fd(), b"1") {
+                    fail(&format!("cannot start the sandbox's program: {error}"));
+                }
+            }
             drop(network_life);
             // SAFETY: closing descriptors this process no longer needs.
             unsafe {
@@ -105,6 +128,34 @@ fn parse(args: Vec<OsString>) -> Result<(Spec, Vec<CString>, Vec<CString>), Stri
     }
     let env = crate::env_fd::take()?;
     Ok((spec, argv, env))
+}
+
+/// The server's own cgroups' `cgroup.procs`, opened for writing.
+fn open_homes(paths: &[std::path::PathBuf]) -> Result<Vec<std::fs::File>, String> {
+    paths
+        .iter()
+        .map(|path| {
+            std::fs::OpenOptions::new().write(true).open(path).map_err(|error| {
+                format!(
+                    "cannot enforce the limits: the sandbox cannot open {}: {error}",
+                    path.display()
+                )
+            })
+        })
+        .collect()
+}
+
+/// Moves this process (not its init) into the server's own cgroups: the
+/// trampoline is the server's helper, and its exit must free no slot for
+/// the tree (`processes: N` means N at every moment).
+fn leave_cgroups(homes: Vec<std::fs::File>) -> Result<(), String> {
+    for mut home in homes {
+        // `0` is the writer itself; the file was opened with the host's credentials.
+        std::io::Write::write_all(&mut home, b"0").map_err(|error| {
+            format!("cannot enforce the limits: the sandbox cannot leave its cgroup: {error}")
+        })?;
+    }
+    Ok(())
 }
 
 /// Checks that every mechanism is there; the Landlock ABI to use.

@@ -592,3 +592,49 @@ async fn an_embedded_servers_cgroups_go_when_its_program_exits() {
     assert!(output.status.success() && report.contains("1 passed"), "{report}");
     assert!(!dir.exists(), "{} was left behind", dir.display());
 }
+
+/// What a sandboxed tree's background job does once its leader has exited
+/// (the test says so through the fifo `argv[1]`): forks children that wait
+/// until it ends, as many as the limit lets it (at most 20), and writes
+/// their number to the fifo `argv[2]`.
+const AFTER_THE_LEADER: &str = "import os, sys\nopen(sys.argv[1]).read()\nr, w = os.pipe()\nn = 0\nwhile n < 20:\n    try:\n        pid = os.fork()\n    except OSError:\n        break\n    if pid == 0:\n        os.read(r, 1)\n        os._exit(0)\n    n += 1\nopen(sys.argv[2], 'w').write(str(n))\nos.read(r, 1)";
+
+/// `processes: N` holds at every moment: the sandbox's trampoline (the
+/// leader) leaves the tree's cgroup before the program starts, so its exit
+/// frees no slot (before, the tree then held N + 1).
+#[tokio::test]
+async fn a_sandboxed_tree_holds_its_process_limit_after_its_leader_exits() {
+    if !root_or_skip("cgroup limits") {
+        return;
+    }
+    let dir = scratch("limits-after-leader");
+    let (go, count) = (dir.join("go"), dir.join("count"));
+    for fifo in [&go, &count] {
+        let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    }
+    let mut server = Binary::ready(&[]).await;
+    let job = format!(
+        "python3 -c \"$0\" {} {} </dev/null >/dev/null 2>&1 & exit 0",
+        go.display(),
+        count.display()
+    );
+    let mut params = sandboxed(
+        "leader",
+        &["sh", "-c", &job, AFTER_THE_LEADER],
+        dir.to_str().unwrap(),
+        json!({}),
+        json!({"mode": "restricted", "writableRoots": [dir]}),
+    );
+    params["limits"] = json!({"processes": 5});
+    server.result("process/start", params).await;
+    // The leader (the trampoline) exits with the program.
+    assert_eq!(run_started(&mut server, "leader").await, (String::new(), 0));
+    let forked = tokio::task::spawn_blocking(move || {
+        std::fs::write(&go, "go").unwrap();
+        std::fs::read_to_string(&count).unwrap()
+    });
+    // The job is one of the 5: it may fork 4.
+    assert_eq!(within("the job's count", forked).await.unwrap(), "4");
+}
