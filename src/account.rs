@@ -19,6 +19,9 @@ pub(crate) struct Account {
     parent: Option<Arc<Account>>,
     /// The server's room for tunnel buffers (made on first use, on the root).
     tunnel_room: OnceLock<Arc<Semaphore>>,
+    /// The server's one turn for an answer larger than a connection's share
+    /// (made on first use, on the root).
+    oversized: OnceLock<Arc<Semaphore>>,
 }
 
 impl Account {
@@ -31,12 +34,22 @@ impl Account {
     /// one per byte, shared by every connection of the server (the first
     /// caller's `limit` sizes it).
     pub(crate) fn tunnel_room(&self, limit: usize) -> Arc<Semaphore> {
+        let limit = limit.min(Semaphore::MAX_PERMITS);
+        self.root().tunnel_room.get_or_init(|| Arc::new(Semaphore::new(limit))).clone()
+    }
+
+    /// The server-wide turn (one permit) for an answer larger than a
+    /// connection's share of the room: one such answer is held at a time.
+    pub(crate) fn oversized_turn(&self) -> Arc<Semaphore> {
+        self.root().oversized.get_or_init(|| Arc::new(Semaphore::new(1))).clone()
+    }
+
+    fn root(&self) -> &Account {
         let mut root = self;
         while let Some(parent) = root.parent.as_deref() {
             root = parent;
         }
-        let limit = limit.min(Semaphore::MAX_PERMITS);
-        root.tunnel_room.get_or_init(|| Arc::new(Semaphore::new(limit))).clone()
+        root
     }
 
     /// Charges `bytes` held outside the output logs (tunnel buffers): the

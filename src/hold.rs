@@ -14,6 +14,8 @@ pub(crate) struct Held {
     permits: Vec<OwnedSemaphorePermit>,
     account: Arc<Account>,
     bytes: usize,
+    /// A turn held with the bytes (the server's one oversized answer).
+    turn: Option<OwnedSemaphorePermit>,
 }
 
 impl Held {
@@ -49,7 +51,7 @@ impl Held {
 
     fn charged(permits: Vec<OwnedSemaphorePermit>, account: &Arc<Account>, bytes: usize) -> Held {
         account.hold(bytes);
-        Held { permits, account: account.clone(), bytes }
+        Held { permits, account: account.clone(), bytes, turn: None }
     }
 
     /// Adds `other`: its permits join those of the same budget (a budget
@@ -74,7 +76,7 @@ impl Held {
         let bytes = bytes.min(self.bytes);
         let permits = self.permits.iter_mut().filter_map(|permit| permit.split(bytes)).collect();
         self.bytes -= bytes;
-        Held { permits, account: self.account.clone(), bytes }
+        Held { permits, account: self.account.clone(), bytes, turn: None }
     }
 
     /// Keeps at most `bytes`, giving the rest back.
@@ -108,41 +110,74 @@ impl Drop for Held {
     }
 }
 
-/// The server-wide room (`--max-retained-bytes`) as one producer of lines
-/// sees it: a line is charged here from before its bytes are read until it
-/// has been written. A line larger than three quarters of the room (an
-/// `fs/readFile` of a large file: v0 reads up to 512 MiB) waits for that
-/// much, so at most one such line is held at a time, and a quarter of the
-/// room stays for everyone else meanwhile.
+/// The server-wide room (`--max-retained-bytes`) as one connection's fs
+/// answers see it: a line is charged from before its bytes are read until it
+/// has been written, to the connection's share (a quarter of the room) and
+/// to the room. So one connection that reads its answers slowly holds at
+/// most its share, its other calls wait on that share (never in the room's
+/// queue), and the rest of the room stays for the other connections. An
+/// answer larger than the share (an `fs/readFile` of a large file: v0 reads
+/// up to 512 MiB) is charged the whole share and takes the server's one
+/// oversized turn: at most one such answer is held at a time, and the
+/// server's peak is the room plus that answer's excess over a share.
 #[derive(Clone)]
 pub(crate) struct ServerRoom {
     room: Arc<Semaphore>,
-    size: usize,
+    share: Arc<Semaphore>,
+    /// The share's size: the most one charge takes.
+    share_size: usize,
+    oversized: Arc<Semaphore>,
     account: Arc<Account>,
 }
 
 impl ServerRoom {
-    /// The room of the server whose account is `account` (`size` bytes).
+    /// One connection's view of the room of the server whose account is
+    /// `account` (`size` bytes).
     pub(crate) fn new(account: Arc<Account>, size: usize) -> ServerRoom {
         let room = account.tunnel_room(size);
         let size = size.clamp(1, Semaphore::MAX_PERMITS).min(u32::MAX as usize);
-        ServerRoom { room, size, account }
+        let share_size = (size / 4).max(1);
+        let share = Arc::new(Semaphore::new(share_size));
+        let oversized = account.oversized_turn();
+        ServerRoom { room, share, share_size, oversized, account }
     }
 
-    /// `held` made the size of a line of `bytes`, from this room ([`Held::fit`]).
+    /// `held` made the size of a line of `bytes`, from the share and the room ([`Held::fit`]).
     pub(crate) fn fit(&self, held: &mut Held, bytes: usize) {
-        held.fit(&[&self.room], bytes);
+        if held.turn.is_none() {
+            held.fit(&[&self.share, &self.room], bytes.min(self.share_size));
+        }
     }
 
-    /// Waits, on a blocking thread, for `bytes` (at most the whole room);
-    /// `None` once `gate` is closed (the connection went).
+    /// Waits, on a blocking thread, for an answer of `bytes` (at most the
+    /// share, with the oversized turn beyond); `None` once `gate` is closed
+    /// (the connection went).
     pub(crate) fn wait_blocking(&self, bytes: usize, gate: &Semaphore) -> Option<Held> {
-        let bytes = bytes.clamp(1, (self.size - self.size / 4).max(1));
+        self.wait(bytes, bytes > self.share_size, gate)
+    }
+
+    /// Waits for what an answer still to be built may take, `most` (a
+    /// walk's most), at most the share and without the oversized turn: a
+    /// walk or a listing is bounded by its own limit, not by the turn, so it
+    /// never waits behind another connection's large file.
+    pub(crate) fn wait_estimate(&self, most: usize, gate: &Semaphore) -> Option<Held> {
+        self.wait(most, false, gate)
+    }
+
+    fn wait(&self, bytes: usize, turn: bool, gate: &Semaphore) -> Option<Held> {
+        let charge = bytes.clamp(1, self.share_size);
         let handle = tokio::runtime::Handle::try_current().ok()?;
-        let budgets = [&self.room];
+        let budgets = [&self.share, &self.room];
         handle.block_on(async {
+            let held = async {
+                let mut held = Held::wait(&budgets, &self.account, charge).await?;
+                if turn {
+                    held.turn = Some(self.oversized.clone().acquire_owned().await.ok()?);
+                }
+                Some(held)
+            };
             tokio::select! {
-                held = Held::wait(&budgets, &self.account, bytes) => held,
+                held = held => held,
                 _ = gate.acquire() => None,
             }
         })

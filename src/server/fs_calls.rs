@@ -311,7 +311,7 @@ fn run(roots: &Roots, handles: &Handles, room: (&ServerRoom, &Semaphore), call: 
     // the room bounds how many are built at once; then it keeps what its
     // line takes.
     let before = match method.as_str() {
-        Walk::NAME | ReadDirectory::NAME => room.0.wait_blocking(BUILD_CHARGE, room.1),
+        Walk::NAME | ReadDirectory::NAME => room.0.wait_estimate(BUILD_CHARGE, room.1),
         _ => None,
     };
     let line = match method.as_str() {

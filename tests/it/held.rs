@@ -266,3 +266,74 @@ async fn a_streamed_body_to_a_late_reader_holds_its_buffer_and_flows_on() {
     let peak = peak_rss_kib(server.child.id().unwrap());
     assert!(peak < 48 * 1024, "the server's peak RSS was {peak} KiB");
 }
+
+/// A connection that asks for large files and never reads its answers holds
+/// at most its share of the room: another connection's small read and
+/// listing are answered at once (they waited behind its answers before).
+#[tokio::test]
+async fn a_connection_that_never_reads_its_files_holds_up_no_other_connections_calls() {
+    let dir = scratch("held-fs-share");
+    // Four files, so that four calls run at once (calls on one path keep
+    // their order): the first holds room, the others wait for it.
+    let bigs: Vec<_> = (0..4).map(|n| dir.join(format!("big{n}"))).collect();
+    for big in &bigs {
+        std::fs::write(big, vec![b'f'; BODY]).unwrap();
+    }
+    let small = dir.join("small");
+    std::fs::write(&small, "small").unwrap();
+    let room = ROOM.to_string();
+    let server =
+        WsServer::start(&["--listen", "ws://127.0.0.1:0", "--max-retained-bytes", &room]).await;
+    let mut stalled = large_frames(&server.url).await;
+    stalled.handshake().await;
+    for id in 100..120 {
+        let big = &bigs[id % 4];
+        let line = json!({"id": id, "method": "fs/readFile", "params": {"path": big}});
+        stalled.send_text(&line.to_string()).await;
+    }
+    // The first answer is being made (its file read, its 40 MiB line
+    // growing): the other three calls wait (before: in the room's queue,
+    // where every other connection's call then waited behind them).
+    let pid = server.child.id().unwrap();
+    crate::support::poll_proc("the stalled connection's first answer", || {
+        (rss_kib(pid) >= 40 * 1024).then_some(())
+    })
+    .await;
+    let mut other = WsPeer::connect(&server.url).await;
+    other.handshake().await;
+    let calls = [
+        ("fs/readFile", json!({"path": small})),
+        ("fs/readDirectory", json!({"path": dir})),
+        ("fs/readFile", json!({"path": small})),
+    ];
+    let mut answers = Vec::new();
+    for (id, (method, params)) in (1..).zip(calls) {
+        let line = json!({"id": id, "method": method, "params": params});
+        other.send_text(&line.to_string()).await;
+        let answer = tokio::time::timeout(std::time::Duration::from_secs(5), other.next())
+            .await
+            .unwrap_or_else(|_| panic!("{method} waited behind the other connection's answers"));
+        answers.push(answer.unwrap());
+    }
+    let entry = |name: &str| json!({"fileName": name, "isDirectory": false, "isFile": true});
+    let entries =
+        json!([entry("big0"), entry("big1"), entry("big2"), entry("big3"), entry("small")]);
+    assert_eq!(
+        answers,
+        [
+            json!({"id": 1, "result": {"dataBase64": "c21hbGw="}}),
+            json!({"id": 2, "result": {"entries": entries}}),
+            json!({"id": 3, "result": {"dataBase64": "c21hbGw="}}),
+        ]
+    );
+    drop(stalled);
+}
+
+/// The resident set of `pid` now, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:")?.trim().strip_suffix(" kB")?.parse().ok())
+        .unwrap_or(0)
+}
