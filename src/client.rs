@@ -230,9 +230,20 @@ impl Client {
     /// (Feature `server`.)
     #[cfg(feature = "server")]
     pub async fn in_process(config: Config) -> Result<Client, Error> {
+        Client::in_process_counted(config, Arc::default()).await
+    }
+
+    /// [`Client::in_process`] whose server counts its held bytes in `account`.
+    #[cfg(feature = "server")]
+    pub(crate) async fn in_process_counted(
+        config: Config,
+        account: Arc<crate::account::Account>,
+    ) -> Result<Client, Error> {
         let (client_side, server_side) = tokio::io::duplex(1 << 20);
         let (server_read, server_write) = tokio::io::split(server_side);
-        let server = tokio::spawn(server::run(server_read, server_write, config));
+        let pending = std::future::pending();
+        let server =
+            tokio::spawn(server::run_counted(server_read, server_write, config, account, pending));
         let (read, write) = tokio::io::split(client_side);
         Client::start_connection(read, write, ClientOptions::default(), Some(server)).await
     }

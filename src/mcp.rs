@@ -111,7 +111,9 @@ where
     tracing::info!("serving MCP");
     let limit = config.max_message_bytes;
     let memory_limit = config.limits.memory_bytes;
-    let client = crate::Client::in_process(config)
+    // The engine's account: what it retains and what the sessions keep, in one room.
+    let room = exec::Room { account: Arc::default(), limit: config.max_retained_bytes };
+    let client = crate::Client::in_process_counted(config, room.account.clone())
         .await
         .map_err(|e| io::Error::other(format!("cannot start the engine: {e}")))?;
     let cwd = std::env::current_dir().map_err(|e| {
@@ -121,7 +123,7 @@ where
         )
     })?;
     let engine = Arc::new(Engine {
-        exec: Exec::new(client, confinement, memory_limit),
+        exec: Exec::new(client, confinement, memory_limit, room),
         roots: tokio::sync::watch::Sender::new(Some(vec![cwd.clone()])),
         files: tokio::sync::Mutex::new(None),
     });

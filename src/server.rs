@@ -151,6 +151,24 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
     S: Future<Output = ()>,
 {
+    run_counted(reader, writer, config, Arc::default(), shutdown).await
+}
+
+/// [`run_until`], with the server's held bytes counted in `account`: the
+/// MCP face runs its engine so, and charges what it keeps for its sessions
+/// there too.
+pub(crate) async fn run_counted<R, W, S>(
+    reader: R,
+    writer: W,
+    config: Config,
+    account: Arc<crate::account::Account>,
+    shutdown: S,
+) -> io::Result<()>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+    S: Future<Output = ()>,
+{
     let roots = Arc::new(Roots::new(&config.roots)?);
     let (incoming, reader, input_ended) = transport::spawn_reader(
         BufReader::with_capacity(transport::INPUT_BUFFER, reader),
@@ -158,7 +176,7 @@ where
     );
     let (outgoing, writer) = transport::spawn_writer(writer);
     let channels = Channels { incoming, outgoing, reader, writer, input_ended };
-    serve(channels, roots, &config, Arc::default(), shutdown).await
+    serve(channels, roots, &config, account, shutdown).await
 }
 
 /// One connection's transport, as the loop sees it: decoded messages in,

@@ -6,6 +6,12 @@
 //! first [`HEAD`] bytes and the last [`TAIL`]; what lies between is counted
 //! and cut, as Codex's head and tail buffers do), and the tools wait for it,
 //! or for the exit, up to their yield time.
+//!
+//! What the sessions keep is charged to the engine's account, within the
+//! server's room (`--max-retained-bytes`), like every byte the server holds:
+//! past it, the kept output of ended sessions goes first, oldest first, then
+//! that of other running ones, then the writer's own head (an answer then
+//! shows what was cut, as for any long output).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -18,6 +24,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::text::Answer;
+use crate::account::Account;
 use crate::client::lock;
 use crate::protocol::{LimitHit, ProcessTerminate, ProcessWrite, TerminateParams, WriteParams};
 use crate::{Client, Sandbox, StartParams};
@@ -52,8 +59,21 @@ pub(crate) struct Command {
     pub(crate) login: bool,
 }
 
+/// Where the sessions' kept output is charged: the engine's account, and
+/// the server's room it must stay within.
+#[derive(Clone)]
+pub(crate) struct Room {
+    pub(crate) account: Arc<Account>,
+    pub(crate) limit: usize,
+}
+
+impl Room {
+    fn over(&self) -> bool {
+        self.account.bytes() > self.limit
+    }
+}
+
 /// What a session's pump has gathered since the last answer.
-#[derive(Default)]
 struct Gathered {
     output: Output,
     /// The exit code, once the output has ended and the process exited.
@@ -62,6 +82,12 @@ struct Gathered {
     memory_killed: bool,
     /// The pump ended (exit known, or the connection to the engine lost).
     done: bool,
+}
+
+impl Gathered {
+    fn new(account: &Arc<Account>) -> Gathered {
+        Gathered { output: Output::new(account), exit: None, memory_killed: false, done: false }
+    }
 }
 
 struct Session {
@@ -112,6 +138,31 @@ impl Table {
 /// A start under way, counted until dropped.
 struct Starting<'a>(&'a Mutex<Table>);
 
+/// Brings the kept output back within the room after session `own`'s pump
+/// added to it: ended sessions' first, oldest first, then other running
+/// ones', then `own`'s head.
+fn make_room(table: &Mutex<Table>, own: u32, room: &Room) {
+    let mut others: Vec<(bool, u32, Arc<Mutex<Gathered>>)> = lock(table)
+        .sessions
+        .iter()
+        .filter(|(id, _)| **id != own)
+        .map(|(id, session)| (!lock(&session.gathered).done, *id, session.gathered.clone()))
+        .collect();
+    others.sort_by_key(|(running, id, _)| (*running, *id));
+    for (_, _, gathered) in others {
+        if !room.over() {
+            return;
+        }
+        lock(&gathered).output.cut();
+    }
+    if room.over() {
+        let session = lock(table).sessions.get(&own).cloned();
+        if let Some(session) = session {
+            lock(&session.gathered).output.cut_head();
+        }
+    }
+}
+
 impl Drop for Starting<'_> {
     fn drop(&mut self) {
         lock(self.0).starting -= 1;
@@ -127,14 +178,20 @@ pub(crate) struct Exec {
     confinement: Confinement,
     /// The server's default memory limit, which every command runs under.
     memory_limit: Option<u64>,
-    table: Mutex<Table>,
+    table: Arc<Mutex<Table>>,
+    room: Room,
     next: AtomicU32,
 }
 
 impl Exec {
-    pub(crate) fn new(client: Client, confinement: Confinement, memory_limit: Option<u64>) -> Exec {
-        let table = Mutex::new(Table::default());
-        Exec { client, confinement, memory_limit, table, next: AtomicU32::new(1) }
+    pub(crate) fn new(
+        client: Client,
+        confinement: Confinement,
+        memory_limit: Option<u64>,
+        room: Room,
+    ) -> Exec {
+        let table = Arc::default();
+        Exec { client, confinement, memory_limit, table, room, next: AtomicU32::new(1) }
     }
 
     /// `exec_command`: starts `command` beneath `roots` (writable), waits.
@@ -179,9 +236,10 @@ impl Exec {
             .start(params)
             .await
             .map_err(|e| format!("cannot start `{}` in {}: {e}", command.cmd, cwd.display()))?;
-        let gathered = Arc::new(Mutex::new(Gathered::default()));
+        let gathered = Arc::new(Mutex::new(Gathered::new(&self.room.account)));
         let changed = Arc::new(Notify::new());
-        let pump = tokio::spawn(pump(process, gathered.clone(), changed.clone()));
+        let kept = Kept { table: self.table.clone(), id, room: self.room.clone() };
+        let pump = tokio::spawn(pump(process, gathered.clone(), changed.clone(), kept));
         let session = Arc::new(Session { process_id, gathered, changed, pump });
         {
             let mut table = lock(&self.table);
@@ -263,7 +321,7 @@ impl Exec {
         }
         let (output, exit, done, memory_killed) = {
             let mut gathered = lock(&session.gathered);
-            let output = std::mem::take(&mut gathered.output);
+            let output = std::mem::replace(&mut gathered.output, Output::new(&self.room.account));
             (output, gathered.exit, gathered.done, gathered.memory_killed)
         };
         if done {
@@ -288,10 +346,25 @@ fn process_id(id: u32) -> String {
     format!("mcp-{id}")
 }
 
+/// Where a pump's session is kept, to make room in.
+struct Kept {
+    table: Arc<Mutex<Table>>,
+    id: u32,
+    room: Room,
+}
+
 /// Takes the process's output until it ends, then its exit.
-async fn pump(mut process: crate::Process, gathered: Arc<Mutex<Gathered>>, changed: Arc<Notify>) {
+async fn pump(
+    mut process: crate::Process,
+    gathered: Arc<Mutex<Gathered>>,
+    changed: Arc<Notify>,
+    kept: Kept,
+) {
     while let Ok(Some(chunk)) = process.next_output().await {
         lock(&gathered).output.push(&chunk.bytes);
+        if kept.room.over() {
+            make_room(&kept.table, kept.id, &kept.room);
+        }
         changed.notify_waiters();
     }
     let exit = process.wait().await.ok();
@@ -304,15 +377,27 @@ async fn pump(mut process: crate::Process, gathered: Arc<Mutex<Gathered>>, chang
 }
 
 /// The output since the last answer: its first [`HEAD`] bytes, its last
-/// [`TAIL`] (after the head), and how many bytes were produced in all.
-#[derive(Default)]
+/// [`TAIL`] (after the head), and how many bytes were produced in all; the
+/// memory it holds is charged to the engine's account.
 struct Output {
     head: Vec<u8>,
     tail: Vec<u8>,
     produced: usize,
+    account: Arc<Account>,
+    charged: usize,
 }
 
 impl Output {
+    fn new(account: &Arc<Account>) -> Output {
+        Output {
+            head: Vec::new(),
+            tail: Vec::new(),
+            produced: 0,
+            account: account.clone(),
+            charged: 0,
+        }
+    }
+
     fn push(&mut self, mut bytes: &[u8]) {
         self.produced += bytes.len();
         let into_head = (HEAD - self.head.len()).min(bytes.len());
@@ -321,11 +406,42 @@ impl Output {
         if bytes.len() >= TAIL {
             self.tail.clear();
             self.tail.extend_from_slice(&bytes[bytes.len() - TAIL..]);
-            return;
+        } else {
+            let over = (self.tail.len() + bytes.len()).saturating_sub(TAIL);
+            self.tail.drain(..over);
+            self.tail.extend_from_slice(bytes);
         }
-        let over = (self.tail.len() + bytes.len()).saturating_sub(TAIL);
-        self.tail.drain(..over);
-        self.tail.extend_from_slice(bytes);
+        self.settle();
+    }
+
+    /// Lets go of everything kept (it is then reported as cut).
+    fn cut(&mut self) {
+        self.head = Vec::new();
+        self.tail = Vec::new();
+        self.settle();
+    }
+
+    /// Lets go of the head (the newest output, in the tail, stays).
+    fn cut_head(&mut self) {
+        self.head = Vec::new();
+        self.settle();
+    }
+
+    /// Charges what the buffers hold now.
+    fn settle(&mut self) {
+        let now = self.head.capacity() + self.tail.capacity();
+        if now > self.charged {
+            self.account.hold(now - self.charged);
+        } else {
+            self.account.release(self.charged - now);
+        }
+        self.charged = now;
+    }
+}
+
+impl Drop for Output {
+    fn drop(&mut self) {
+        self.account.release(self.charged);
     }
 }
 

@@ -487,3 +487,33 @@ async fn a_command_over_the_servers_memory_limit_is_killed_and_says_so() {
         Some("Process exited with code 0")
     );
 }
+
+/// What the sessions keep for their next answer is charged to the server's
+/// room like every held byte: 96 commands of 3 MB each, never polled, keep
+/// the server within `--max-retained-bytes` and a slack (before: 1 MiB per
+/// session on top of the room).
+#[tokio::test]
+async fn unpolled_sessions_keep_the_server_within_its_room() {
+    const ROOM_MIB: u64 = 24;
+    /// The server's code, runtime and heap, and freed heap not yet trimmed.
+    const SLACK_MIB: u64 = 40;
+    let dir = scratch("mcp-room");
+    let room = (ROOM_MIB << 20).to_string();
+    let mut mcp = Mcp::start_with(&dir, false, &["--max-retained-bytes", &room]).await;
+    for id in 1..=96u64 {
+        let arguments = json!({"cmd": "head -c 3000000 /dev/zero | tr '\\0' x", "login": false, "yield_time_ms": 0});
+        mcp.call(id, "exec_command", arguments).await;
+        let answer = mcp.next().await;
+        assert_eq!(answer["id"], id, "{answer}");
+        assert!(answer["result"]["structuredContent"].is_object(), "{answer}");
+    }
+    // Every command has ended: a last one that waits for nothing but its own exit.
+    let arguments = json!({"cmd": "true", "login": false, "yield_time_ms": 30000});
+    mcp.call(97, "exec_command", arguments).await;
+    assert_eq!(mcp.next().await["result"]["structuredContent"]["exit_code"], 0);
+    let peak = crate::support::peak_rss_kib(mcp.server.child.id().unwrap());
+    assert!(
+        peak <= (ROOM_MIB + SLACK_MIB) << 10,
+        "peak RSS {peak} KiB is over the room ({ROOM_MIB} MiB) and the slack ({SLACK_MIB} MiB)"
+    );
+}
