@@ -96,6 +96,8 @@ fn descriptor_limit() -> u64 {
 /// reserved); beyond, the oldest one whose output is all delivered is
 /// forgotten before its 30 s are up.
 pub(crate) const MAX_EXITED: usize = 1024;
+/// Retained output let go of between two returns of the heap's free pages.
+const TRIM_EVERY: usize = 8 << 20;
 
 /// The longest `processId`, in bytes.
 pub(crate) const MAX_PROCESS_ID_BYTES: usize = 256;
@@ -159,6 +161,8 @@ pub(crate) struct ProcessTable {
     /// Serials of exited processes, oldest exit first: whose output goes first
     /// when a retention budget is exceeded.
     exited: VecDeque<u64>,
+    /// Retained bytes let go of since the heap last gave its free pages back.
+    freed_since_trim: usize,
     /// Serials of exited processes not yet forgotten, oldest exit first.
     reserved: VecDeque<u64>,
     /// The sessions of forgotten processes, newest last (at most
@@ -191,6 +195,7 @@ impl ProcessTable {
             limits,
             account,
             exited: VecDeque::new(),
+            freed_since_trim: 0,
             lingering: VecDeque::new(),
             lingering_groups: VecDeque::new(),
             reserved: VecDeque::new(),
@@ -321,8 +326,10 @@ impl ProcessTable {
         while over(self) {
             if let Some(serial) = self.exited.pop_front() {
                 if let Some(entry) = self.ids.get(&serial).and_then(|id| self.entries.get_mut(id)) {
-                    if entry.output.clear() {
+                    let freed = entry.output.clear();
+                    if freed > 0 {
                         tracing::debug!(id = %entry.id, "dropped an exited process's output: over the retention budget");
+                        self.freed_since_trim += freed;
                     }
                 }
                 continue;
@@ -331,8 +338,15 @@ impl ProcessTable {
                 return;
             };
             if !entry.output.drop_oldest() {
-                return;
+                break;
             }
+        }
+        // Chunks of every size come and go while output is retained: the
+        // holes they leave in the heap are given back every few MiB, or the
+        // heap's resident size creeps past the budget over thousands of starts.
+        if self.freed_since_trim >= TRIM_EVERY {
+            self.freed_since_trim = 0;
+            crate::transport::give_back_memory();
         }
     }
 

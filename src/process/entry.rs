@@ -264,6 +264,11 @@ impl Entry {
                 let closed_seq = self.shape.numbering.event_seq(&mut self.output);
                 out.push(self.closed_line(closed_seq).into());
                 closed = true;
+                // Its readers and exit watcher are done: their task cells
+                // go now, not with the entry (kept for up to 30 s, up to
+                // 1024 of them). A stdin writer may still run (a background
+                // job may read the pipe).
+                while self.tasks.try_join_next().is_some() {}
                 Life::Closed(exit, seq)
             }
             other => other,

@@ -66,13 +66,14 @@ impl OutputLog {
         true
     }
 
-    /// Drops every retained chunk (the numbering goes on); whether any went.
-    pub(crate) fn clear(&mut self) -> bool {
-        let had = !self.chunks.is_empty();
+    /// Drops every retained chunk (the numbering goes on); the charged
+    /// bytes that went (0: none).
+    pub(crate) fn clear(&mut self) -> usize {
+        let freed = self.bytes;
         // Its slots go too: an exited process may wait 30 s to be forgotten.
         self.chunks = VecDeque::new();
         self.uncharge(self.bytes);
-        had
+        freed
     }
 
     fn charge(&mut self, bytes: usize) {
@@ -229,7 +230,7 @@ mod tests {
         }
         assert_eq!(log.read(0, None).chunks.len(), RETAINED_BYTES / 129);
         assert!(log.drop_oldest());
-        assert!(log.clear());
+        assert!(log.clear() > 0);
         assert_eq!((log.charged(), account.bytes()), (0, 0));
         assert_eq!(log.read(0, None).next_seq, 11_001);
         log.push(Stream::Stdout, vec![b'y'; 10]);

@@ -296,7 +296,7 @@ async fn a_connection_that_never_reads_its_files_holds_up_no_other_connections_c
     // where every other connection's call then waited behind them).
     let pid = server.child.id().unwrap();
     crate::support::poll_proc("the stalled connection's first answer", || {
-        (rss_kib(pid) >= 40 * 1024).then_some(())
+        (crate::support::rss_kib(pid) >= 40 * 1024).then_some(())
     })
     .await;
     let mut other = WsPeer::connect(&server.url).await;
@@ -327,13 +327,4 @@ async fn a_connection_that_never_reads_its_files_holds_up_no_other_connections_c
         ]
     );
     drop(stalled);
-}
-
-/// The resident set of `pid` now, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:")?.trim().strip_suffix(" kB")?.parse().ok())
-        .unwrap_or(0)
 }
