@@ -14,6 +14,7 @@
 //! `pumps`, `output`, `timers` serve it; `registry`, `watcher` and `tree`
 //! keep what outlives a connection.
 
+mod denial;
 mod ending;
 mod entry;
 mod forker;

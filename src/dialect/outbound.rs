@@ -43,7 +43,9 @@ pub(crate) fn path(dialect: Dialect, path: &Path) -> String {
 /// names it only when a sandbox was asked for (Part A's start result is
 /// exactly `{"processId"}`). As upstream, today's sandboxed program that
 /// cannot run under its profile starts and exits non-zero with the reason on
-/// stderr; exec-server.v0 fails the start as without a sandbox.
+/// stderr; exec-server.v0 fails the start as without a sandbox. Today's
+/// exits and reads say whether a failure looks like the sandbox's refusal
+/// (`sandboxDenied`), and reads carry `failure` (null).
 pub(crate) fn start_shape(dialect: Dialect, numbering: Numbering) -> Shape {
     match dialect {
         Dialect::Today => Shape {
@@ -51,6 +53,7 @@ pub(crate) fn start_shape(dialect: Dialect, numbering: Numbering) -> Shape {
             landlock_name: SandboxType::LinuxSeccomp,
             always_name_sandbox: true,
             exit_on_exec_failure: true,
+            report_denials: true,
         },
         Dialect::V0 => Shape { numbering, ..Shape::default() },
     }

@@ -90,6 +90,8 @@ pub(crate) struct Entry {
     pub(crate) group: Option<std::sync::Arc<Group>>,
     /// The limit that ended it, found when it exited.
     limit_hit: Option<LimitHit>,
+    /// Its failure looks like the sandbox's refusal (guessed at its exit).
+    denied: bool,
 }
 
 impl Entry {
@@ -154,6 +156,7 @@ impl Entry {
             stored: None,
             group: spawned.group,
             limit_hit: None,
+            denied: false,
         })
     }
 
@@ -251,6 +254,11 @@ impl Entry {
         let life = std::mem::replace(&mut self.life, Life::Running);
         self.life = match life {
             Life::Exited(exit) if !self.streams_open() || now >= exit.at + drain => {
+                if self.shape.report_denials {
+                    let sandboxed = self.sandbox_type != SandboxType::None;
+                    self.denied =
+                        super::denial::likely(sandboxed, exit.info.code, self.output.bytes());
+                }
                 let seq = self.shape.numbering.event_seq(&mut self.output);
                 out.push(self.exited_line(&exit.info, seq).into());
                 reported_exit = true;
@@ -314,6 +322,7 @@ impl Entry {
             exit_code: exit.code,
             signal: exit.signal.clone(),
             limit: self.limit_hit,
+            sandbox_denied: self.shape.report_denials.then_some(self.denied),
         };
         encode_notification::<ProcessExited>(&params, 128)
     }
@@ -342,6 +351,8 @@ impl Entry {
             signal: exit.filter(|_| exited).and_then(|e| e.signal.clone()),
             closed,
             limit: self.limit_hit.filter(|_| exited),
+            failure: self.shape.report_denials.then_some(None),
+            sandbox_denied: self.shape.report_denials.then_some(self.denied && exited),
         }
     }
 

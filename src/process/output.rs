@@ -100,6 +100,11 @@ impl OutputLog {
         self.last_seq
     }
 
+    /// The bytes of every retained chunk, oldest first.
+    pub(crate) fn bytes(&self) -> impl Iterator<Item = &[u8]> {
+        self.chunks.iter().map(|c| c.bytes.as_slice())
+    }
+
     /// The bytes of the newest chunk (empty when there is none).
     pub(crate) fn newest_bytes(&self) -> &[u8] {
         self.chunks.back().map_or(&[], |c| c.bytes.as_slice())

@@ -38,6 +38,9 @@ pub(crate) struct Shape {
     /// A sandboxed program the sandbox keeps from running still starts, and
     /// exits 127 with the reason on stderr (else the start fails, -32603).
     pub(crate) exit_on_exec_failure: bool,
+    /// Exits and reads say whether the failure looks like the sandbox's
+    /// refusal (`sandboxDenied`, see `denial`), and reads carry `failure`.
+    pub(crate) report_denials: bool,
 }
 
 impl Default for Shape {
@@ -47,6 +50,7 @@ impl Default for Shape {
             landlock_name: SandboxType::LinuxLandlock,
             always_name_sandbox: false,
             exit_on_exec_failure: false,
+            report_denials: false,
         }
     }
 }

@@ -158,6 +158,13 @@ pub struct ReadResult {
     /// Once exited: the limit that ended it, as in `process/exited` (Part B).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<super::LimitHit>,
+    /// Today's dialect: why the process could not be run; always `null`
+    /// here (a start that cannot run fails, or its process exits 127 saying why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<Option<String>>,
+    /// Today's dialect: whether its failure looks like the sandbox's refusal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_denied: Option<bool>,
 }
 
 /// `process/write` params.
@@ -320,6 +327,9 @@ pub struct ExitedParams {
     /// tree (Part B; only for a start that had limits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<super::LimitHit>,
+    /// Today's dialect: whether its failure looks like the sandbox's refusal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_denied: Option<bool>,
 }
 
 /// `process/closed` params.

@@ -160,10 +160,16 @@ fn typed_encoding_matches_the_wire() {
         exit_code: 137,
         signal: Some("SIGKILL".into()),
         limit: None,
+        sandbox_denied: None,
     };
     assert_eq!(
         encode_notification::<ProcessExited>(&exited, 0),
         r#"{"method":"process/exited","params":{"processId":"p","seq":0,"exitCode":137,"signal":"SIGKILL"}}"#
+    );
+    let denied = ExitedParams { sandbox_denied: Some(true), signal: None, ..exited };
+    assert_eq!(
+        encode_notification::<ProcessExited>(&denied, 0),
+        r#"{"method":"process/exited","params":{"processId":"p","seq":0,"exitCode":137,"sandboxDenied":true}}"#
     );
     assert_eq!(
         encode_request::<ProcessList>(&7.into(), &Empty {}).unwrap(),

@@ -398,7 +398,7 @@ async fn a_sandboxed_program_that_cannot_run_starts_and_exits_in_todays_dialect_
             _ => {}
         }
     };
-    assert_eq!(exit["exitCode"], 127);
+    assert_eq!((&exit["exitCode"], &exit["sandboxDenied"]), (&json!(127), &json!(true)));
     assert_eq!(
         String::from_utf8(stderr).unwrap(),
         "exec-server: cannot run /bin/cat: Permission denied (os error 13)\n"
@@ -410,4 +410,55 @@ async fn a_sandboxed_program_that_cannot_run_starts_and_exits_in_todays_dialect_
         reply["error"]["message"].as_str().unwrap().starts_with("failed to start `/bin/cat`"),
         "{reply}"
     );
+}
+
+/// `sandboxDenied` in today's dialect, decided as upstream decides it: a
+/// sandboxed process that fails with a refusal in its output is denied; one
+/// that fails otherwise, or succeeds, or runs unsandboxed, is not; a read
+/// after the exit says the same, with `failure: null`. exec-server.v0 exits
+/// carry no such field.
+#[tokio::test]
+async fn exits_say_whether_the_sandbox_denied_them_in_todays_dialect() {
+    let work = scratch("denied");
+    let outside = scratch("denied-outside");
+    let mut server = Binary::ready(&[]).await;
+    let sandbox = json!({"mode": "restricted", "writableRoots": [work.to_str().unwrap()]});
+    let write_out = format!("echo x > {}/file", outside.display());
+    let cases = [
+        ("refused", write_out.as_str(), Some(&sandbox), 2, true),
+        ("failed", "exit 3", Some(&sandbox), 3, false),
+        ("fine", "true", Some(&sandbox), 0, false),
+        ("bare", "echo permission denied; exit 1", None, 1, false),
+    ];
+    for (id, script, sandbox, code, denied) in cases {
+        let mut start = json!({"processId": id, "argv": ["sh", "-c", script], "cwd": uri(&work), "env": {"PATH": "/usr/bin:/bin"}, "tty": false});
+        if let Some(sandbox) = sandbox {
+            start["sandbox"] = sandbox.clone();
+        }
+        assert!(server.call("process/start", start).await["result"].is_object());
+        let exit = loop {
+            let message = server.next().await.unwrap();
+            if message["method"] == "process/exited" {
+                break message["params"].clone();
+            }
+        };
+        let seq = exit["seq"].clone();
+        assert_eq!(
+            exit,
+            json!({"processId": id, "seq": seq, "exitCode": code, "sandboxDenied": denied}),
+            "{id}"
+        );
+        let read = server.result("process/read", json!({"processId": id, "afterSeq": seq})).await;
+        assert_eq!((&read["failure"], &read["sandboxDenied"]), (&json!(null), &json!(denied)));
+    }
+    // exec-server.v0 (a plain cwd): Part A's exit, exactly.
+    let start = json!({"processId": "v0", "argv": ["sh", "-c", write_out], "cwd": work, "env": {"PATH": "/usr/bin:/bin"}, "tty": false, "sandbox": sandbox});
+    assert!(server.call("process/start", start).await["result"].is_object());
+    let exit = loop {
+        let message = server.next().await.unwrap();
+        if message["method"] == "process/exited" {
+            break message["params"].clone();
+        }
+    };
+    assert_eq!(exit, json!({"processId": "v0", "seq": exit["seq"], "exitCode": 2}));
 }

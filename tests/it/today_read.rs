@@ -28,7 +28,7 @@ async fn a_read_past_the_exit_waits_for_late_output_and_then_the_close() {
     let first = read_to_exit(&mut h, "late").await;
     assert_eq!(
         first,
-        json!({"chunks": [], "nextSeq": 2, "exited": true, "exitCode": 0, "closed": false})
+        json!({"chunks": [], "nextSeq": 2, "exited": true, "exitCode": 0, "closed": false, "failure": null, "sandboxDenied": false})
     );
     let exit_seq = first["nextSeq"].as_u64().unwrap() - 1;
     // Sent before the output exists: the read must wait for it (it used to
@@ -55,7 +55,7 @@ async fn a_read_past_the_exit_waits_for_late_output_and_then_the_close() {
         .await;
     assert_eq!(
         closed,
-        json!({"chunks": [], "nextSeq": exit_seq + 3, "exited": true, "exitCode": 0, "closed": true})
+        json!({"chunks": [], "nextSeq": exit_seq + 3, "exited": true, "exitCode": 0, "closed": true, "failure": null, "sandboxDenied": false})
     );
     let notification = h.notification("process/closed", "late").await;
     assert_eq!(notification, json!({"processId": "late", "seq": exit_seq + 2}));
