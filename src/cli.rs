@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+mod codex_flags;
 mod ws_auth;
 
 use crate::host;
@@ -59,6 +60,8 @@ struct Cli {
     concurrent_requests: Option<u32>,
     #[command(flatten)]
     ws_auth: ws_auth::WsAuthFlags,
+    #[command(flatten)]
+    codex: codex_flags::CodexFlags,
     /// With --listen: connections served at once (upgraded ones; handshakes have a budget of their own); beyond, HTTP 503.
     #[arg(long, value_name = "N", default_value_t = crate::server::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
@@ -160,6 +163,7 @@ pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> E
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
         .init();
+    cli.codex.log_effects();
     if let Err(error) = host::become_subreaper() {
         tracing::warn!(%error, "cannot become a child subreaper");
     }
@@ -242,8 +246,21 @@ pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> E
             return ExitCode::FAILURE;
         }
     };
+    let exit_on_stdin_close = cli.codex.exit_on_stdin_close();
     let result = runtime.block_on(async {
-        let shutdown = shutdown_signal()?;
+        let signalled = shutdown_signal()?;
+        // A listener told to, ends when its parent's pipe (its stdin) closes.
+        let listening = !matches!(listen, ListenOn::Stdio);
+        let shutdown = async move {
+            if exit_on_stdin_close && listening {
+                tokio::select! {
+                    () = signalled => {}
+                    () = codex_flags::stdin_closed() => tracing::info!("stdin was closed; shutting down"),
+                }
+            } else {
+                signalled.await;
+            }
+        };
         let reaper = tokio::spawn(host::reap_orphans());
         let result = match listen {
             ListenOn::WebSocket(address, auth) => {

@@ -5,6 +5,7 @@
 mod binary;
 mod bounds;
 mod client;
+mod codex_flags;
 mod control;
 mod dialect;
 mod fixtures;
