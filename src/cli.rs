@@ -77,6 +77,9 @@ struct Cli {
     /// Confine every process: writes only beneath the --root directories (or its cwd), no network.
     #[arg(long)]
     sandbox: bool,
+    /// Put DIR first on every process's PATH (repeatable; reported as prependPathDirs): tools an agent expects, such as rg.
+    #[arg(long, value_name = "DIR", value_parser = prepend_dir)]
+    prepend_path: Vec<PathBuf>,
     /// With --sandbox: processes keep the host's network.
     #[arg(long, requires = "sandbox")]
     sandbox_network: bool,
@@ -204,6 +207,7 @@ pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> E
             TunnelsMode::Loopback => crate::server::TunnelPolicy::Loopback,
             TunnelsMode::Any => crate::server::TunnelPolicy::Any,
         },
+        prepend_path: cli.prepend_path,
         limits: crate::protocol::ProcessLimits::new(
             cli.limit_memory,
             cli.limit_processes,
@@ -310,6 +314,23 @@ pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> E
             eprintln!("exec-server: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// A `--prepend-path` directory: absolute, an existing directory, UTF-8 and
+/// without `:` (the separator of `PATH`).
+fn prepend_dir(text: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(text);
+    if !path.is_absolute() {
+        return Err(format!("{text} is not an absolute path"));
+    }
+    if text.contains(':') {
+        return Err(format!("{text} holds ':', which separates PATH's directories"));
+    }
+    match std::fs::metadata(&path) {
+        Ok(meta) if meta.is_dir() => Ok(path),
+        Ok(_) => Err(format!("{text} is not a directory")),
+        Err(error) => Err(format!("cannot use {text}: {error}")),
     }
 }
 

@@ -132,6 +132,8 @@ pub(crate) struct Limits {
     pub(crate) sandbox: sandbox::Settings,
     /// The limits of a start that names none (`--limit-memory` and the rest).
     pub(crate) tree: crate::protocol::ProcessLimits,
+    /// Directories put first on every process's `PATH`.
+    pub(crate) prepend_path: Arc<[std::path::PathBuf]>,
 }
 
 /// Every process one connection started, by client id.
@@ -206,6 +208,11 @@ impl ProcessTable {
     /// The limits of a start that names none.
     pub(crate) fn default_limits(&self) -> &crate::protocol::ProcessLimits {
         &self.limits.tree
+    }
+
+    /// The directories put first on every process's `PATH`.
+    pub(crate) fn prepend_path(&self) -> &[std::path::PathBuf] {
+        &self.limits.prepend_path
     }
 }
 

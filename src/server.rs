@@ -109,6 +109,10 @@ pub struct Config {
     /// (None: this process's own executable, right for the binary itself; an
     /// embedder or a test names the binary).
     pub sandbox_helper: Option<PathBuf>,
+    /// Directories put first on every process's `PATH` (`--prepend-path`),
+    /// before the start's own `PATH` or, when it names none, the server's;
+    /// reported as `environmentInfo.prependPathDirs`. Absolute, without `:`.
+    pub prepend_path: Vec<PathBuf>,
     /// Limits of every start that names none of its own (`--limit-memory`,
     /// `--limit-processes`, `--limit-cpu`); a start may lower them, not raise them.
     pub limits: crate::protocol::ProcessLimits,
@@ -128,6 +132,7 @@ impl Default for Config {
             tunnels: TunnelPolicy::default(),
             http_requests: HttpPolicy::default(),
             sandbox_helper: None,
+            prepend_path: Vec::new(),
             limits: crate::protocol::ProcessLimits::default(),
         }
     }

@@ -10,8 +10,9 @@ use serde_json::{json, Value};
 
 use super::{shell, uri};
 
-/// The `environment/info` result (also `environmentInfo` in `initialize`).
-pub(crate) fn environment_info() -> Value {
+/// The `environment/info` result (also `environmentInfo` in `initialize`);
+/// `prepend_path`: the directories put first on every process's `PATH`.
+pub(crate) fn environment_info(prepend_path: &[PathBuf]) -> Value {
     let shell = shell::user_shell();
     let name = shell::name(&shell);
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
@@ -27,6 +28,7 @@ pub(crate) fn environment_info() -> Value {
         "executorVersion": env!("CARGO_PKG_VERSION"),
         "providerId": concat!("exec-server/", env!("CARGO_PKG_VERSION")),
         "platformOs": std::env::consts::OS,
+        "prependPathDirs": prepend_path.iter().map(|dir| uri::from_path(dir)).collect::<Vec<_>>(),
         "capabilities": {
             "networkProxyLaunch": false,
             "capabilityDiscoverySandbox": false,

@@ -68,6 +68,18 @@ pub(super) fn export_metadata(params: &mut StartParams) -> Result<(), ErrorObjec
     Ok(())
 }
 
+/// Puts `dirs` first on the `PATH` of `env`, before its own, or the
+/// server's when it names none.
+fn prepend_path(env: &mut std::collections::BTreeMap<String, String>, dirs: &[std::path::PathBuf]) {
+    if dirs.is_empty() {
+        return;
+    }
+    let mut path: Vec<String> = dirs.iter().map(|dir| dir.to_string_lossy().into_owned()).collect();
+    let rest = env.get("PATH").cloned().or_else(|| std::env::var("PATH").ok());
+    path.extend(rest.filter(|rest| !rest.is_empty()));
+    env.insert("PATH".to_owned(), path.join(":"));
+}
+
 impl ProcessTable {
     /// `process/start`, first half: checks the params, then hands the cwd check
     /// and the fork to the spawner thread. The reply comes from
@@ -106,6 +118,7 @@ impl ProcessTable {
                 "the value of env {name:?} holds a NUL byte"
             )));
         }
+        prepend_path(&mut params.env, &self.limits.prepend_path);
         if self.entries.contains_key(&params.process_id) {
             return Err(ErrorObject::invalid_request(format!(
                 "process {} already exists",

@@ -25,6 +25,7 @@ fn table() -> (ProcessTable, mpsc::Receiver<ProcEvent>) {
         reservation: Duration::from_secs(30),
         sandbox: crate::sandbox::Settings::default(),
         tree: Default::default(),
+        prepend_path: Default::default(),
     };
     (ProcessTable::new(events, limits), receiver)
 }

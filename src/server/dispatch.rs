@@ -360,7 +360,7 @@ impl State {
             // Part B: `{"limits": true}` adds which limits this server
             // enforces; without it the answer is today's dialect's, exactly.
             let limits = params.get("limits").and_then(Value::as_bool).unwrap_or(false);
-            let mut info = crate::dialect::environment_info();
+            let mut info = crate::dialect::environment_info(self.table.prepend_path());
             if limits {
                 info["limits"] = crate::limits::support(self.table.default_limits());
             }

@@ -41,6 +41,7 @@ impl Session {
                 helper: config.sandbox_helper.as_deref().map(Arc::from),
             },
             tree: config.limits,
+            prepend_path: config.prepend_path.clone().into(),
         };
         let registration = sessions.map(|sessions| sessions.register());
         let (id, registry) = match &registration {

@@ -75,3 +75,63 @@ async fn capabilities_claim_only_what_is_served() {
         })
     );
 }
+
+/// `--prepend-path DIR`: `environmentInfo.prependPathDirs` names it, and every
+/// process finds DIR's tools first on its `PATH`, whether its start names a
+/// `PATH` (before it), names none (before the server's) or takes the
+/// server's environment (today's `envPolicy`).
+#[tokio::test]
+async fn prepended_directories_come_first_on_every_path() {
+    let tools = crate::support::scratch("prepend-tools");
+    let rg = tools.join("rg");
+    std::fs::write(&rg, "#!/bin/sh\necho \"rg from $0\"\n").unwrap();
+    std::os::unix::fs::PermissionsExt::set_mode(
+        &mut std::fs::metadata(&rg).unwrap().permissions(),
+        0o755,
+    );
+    std::fs::set_permissions(&rg, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let dir = tools.to_str().unwrap();
+    let mut server = crate::binary::Binary::spawn(&["--prepend-path", dir]);
+    let init = server.result("initialize", json!({"clientName": "it"})).await;
+    let uri = format!("file://{dir}");
+    assert_eq!(init["environmentInfo"]["prependPathDirs"], json!([uri]));
+    server.send_line(r#"{"method":"initialized"}"#).await;
+    let info = server.result("environment/info", json!({})).await;
+    assert_eq!(info["prependPathDirs"], json!([uri]));
+    let script = "command -v rg; rg; echo \"$PATH\"";
+    let server_path = std::env::var("PATH").unwrap();
+    let cases = [
+        (json!({"PATH": "/usr/bin:/bin"}), format!("{dir}:/usr/bin:/bin")),
+        (json!({}), format!("{dir}:{server_path}")),
+    ];
+    for (n, (env, path)) in cases.into_iter().enumerate() {
+        let id = format!("p{n}");
+        let start = json!({"processId": id, "argv": ["/bin/sh", "-c", script], "cwd": "/tmp", "env": env, "tty": false});
+        assert!(server.call("process/start", start).await["result"].is_object());
+        let (output, code) = crate::sandbox::run_started(&mut server, &id).await;
+        assert_eq!(
+            (output, code),
+            (format!("{}\nrg from {}\n{path}\n", rg.display(), rg.display()), 0)
+        );
+    }
+    // Today's dialect, the server's environment inherited.
+    let start = json!({"processId": "today", "argv": ["/bin/sh", "-c", "command -v rg"], "cwd": "file:///tmp", "envPolicy": {"inherit": "all", "ignoreDefaultExcludes": true, "exclude": [], "set": {}, "includeOnly": []}, "env": {}, "tty": false});
+    let reply = server.call("process/start", start).await;
+    assert!(reply["result"].is_object(), "{reply}");
+    let (output, _) = crate::sandbox::run_started(&mut server, "today").await;
+    assert_eq!(output, format!("{}\n", rg.display()));
+    // A directory that is not one, or is relative, is refused by name.
+    for (bad, why) in [
+        ("relative", "relative is not an absolute path"),
+        ("/nonexistent-dir", "cannot use /nonexistent-dir: No such file or directory (os error 2)"),
+    ] {
+        let output = tokio::process::Command::new(crate::binary::BIN)
+            .args(["--prepend-path", bad])
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2));
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(stderr.contains(why), "{stderr}");
+    }
+}

@@ -73,7 +73,7 @@ impl State {
                 features: FEATURES.iter().map(|f| (*f).to_owned()).collect(),
             }),
             session_id: Some(self.session_id.to_string()),
-            environment_info: Some(crate::dialect::environment_info()),
+            environment_info: Some(crate::dialect::environment_info(self.table.prepend_path())),
         }
     }
 }
