@@ -23,8 +23,21 @@ pub(crate) fn error(dialect: Dialect, mut error: ErrorObject) -> ErrorObject {
             Some("permissionDenied") => error.code = crate::protocol::codes::INVALID_REQUEST,
             _ => {}
         }
+        error.message = os_error_text(&error);
     }
     error
+}
+
+/// Upstream's message for an fs error: the OS error's own text (`No such
+/// file or directory (os error 2)`), without our `cannot read PATH: `
+/// before it (the path is in `data`, and the model would read it twice).
+fn os_error_text(error: &ErrorObject) -> String {
+    let path = error.data.as_ref().and_then(|d| d.get("path")).and_then(Value::as_str);
+    let ours = path.and_then(|path| {
+        let (_, text) = error.message.rsplit_once(&format!("{path}: "))?;
+        text.ends_with(')').then(|| text.to_owned())
+    });
+    ours.unwrap_or_else(|| error.message.clone())
 }
 
 /// A path in a result: a file URI in today's dialect, else the path (lossy
@@ -45,7 +58,8 @@ pub(crate) fn path(dialect: Dialect, path: &Path) -> String {
 /// cannot run under its profile starts and exits non-zero with the reason on
 /// stderr; exec-server.v0 fails the start as without a sandbox. Today's
 /// exits and reads say whether a failure looks like the sandbox's refusal
-/// (`sandboxDenied`), and reads carry `failure` (null).
+/// (`sandboxDenied`), and reads carry `failure` (null); a failed start says
+/// only the OS error, as upstream's does.
 pub(crate) fn start_shape(dialect: Dialect, numbering: Numbering) -> Shape {
     match dialect {
         Dialect::Today => Shape {
@@ -54,6 +68,7 @@ pub(crate) fn start_shape(dialect: Dialect, numbering: Numbering) -> Shape {
             always_name_sandbox: true,
             exit_on_exec_failure: true,
             report_denials: true,
+            bare_start_errors: true,
         },
         Dialect::V0 => Shape { numbering, ..Shape::default() },
     }

@@ -41,6 +41,9 @@ pub(crate) struct Shape {
     /// Exits and reads say whether the failure looks like the sandbox's
     /// refusal (`sandboxDenied`, see `denial`), and reads carry `failure`.
     pub(crate) report_denials: bool,
+    /// A start that fails says only the OS error (`No such file or
+    /// directory (os error 2)`), not which program failed to start.
+    pub(crate) bare_start_errors: bool,
 }
 
 impl Default for Shape {
@@ -51,6 +54,7 @@ impl Default for Shape {
             always_name_sandbox: false,
             exit_on_exec_failure: false,
             report_denials: false,
+            bare_start_errors: false,
         }
     }
 }

@@ -303,6 +303,15 @@ impl ProcessTable {
             self.entries.insert(params.process_id.clone(), entry);
             StartResult { process_id: params.process_id.clone(), sandbox_type }
         });
+        let result = result.map_err(|mut error| {
+            if shape.bare_start_errors {
+                let ours = format!("failed to start `{}`: ", params.argv[0]);
+                if let Some(text) = error.message.strip_prefix(&ours) {
+                    error.message = text.to_owned();
+                }
+            }
+            error
+        });
         encode_response(&request, &result)
     }
 }

@@ -462,3 +462,35 @@ async fn exits_say_whether_the_sandbox_denied_them_in_todays_dialect() {
     };
     assert_eq!(exit, json!({"processId": "v0", "seq": exit["seq"], "exitCode": 2}));
 }
+
+/// The error texts the model reads, as upstream words them in today's
+/// dialect (the OS error alone; the kind and path stay in `data`), and ours,
+/// fuller, in exec-server.v0.
+#[tokio::test]
+async fn todays_errors_say_what_upstream_says() {
+    let dir = scratch("upstream-texts");
+    let missing = dir.join("missing");
+    let mut server = Binary::ready(&[]).await;
+    let data = json!({"kind": "notFound", "path": missing.to_str().unwrap()});
+    let today = server.call("fs/readFile", json!({"path": uri(&missing)})).await;
+    assert_eq!(
+        today["error"],
+        json!({"code": -32004, "message": "No such file or directory (os error 2)", "data": data})
+    );
+    let v0 = server.call("fs/readFile", json!({"path": missing})).await;
+    assert_eq!(
+        v0["error"],
+        json!({"code": -32603, "message": format!("cannot read {}: No such file or directory (os error 2)", missing.display()), "data": data})
+    );
+    let start = |id: &str, cwd: Value| json!({"processId": id, "argv": [missing], "cwd": cwd, "env": {}, "tty": false});
+    let today = server.call("process/start", start("t", json!(uri(&dir)))).await;
+    assert_eq!(
+        today["error"],
+        json!({"code": -32603, "message": "No such file or directory (os error 2)"})
+    );
+    let v0 = server.call("process/start", start("v", json!(dir))).await;
+    assert_eq!(
+        v0["error"],
+        json!({"code": -32603, "message": format!("failed to start `{}`: No such file or directory (os error 2)", missing.display())})
+    );
+}
