@@ -6,28 +6,16 @@
 use std::process::Stdio;
 
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::binary::{Binary, BIN};
 use crate::support::{wait_dead, within};
-use crate::websocket::WsPeer;
+use crate::websocket::{WsPeer, WsServer};
 
-/// A listener with `args` and `env`, its stdin a pipe the test holds; its
-/// URL once it is listening.
-async fn listener(args: &[&str], env: &[(&str, &str)]) -> (tokio::process::Child, String) {
-    let mut child = tokio::process::Command::new(BIN)
-        .args(["--listen", "ws://127.0.0.1:0"])
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = within("the listening URL", stdout.next_line()).await.unwrap().unwrap();
-    (child, url)
+/// A listener with `args` and `env`, its stdin a pipe the test holds.
+async fn listener(args: &[&str], env: &[(&str, &str)]) -> WsServer {
+    let mut all = vec!["--listen", "ws://127.0.0.1:0"];
+    all.extend_from_slice(args);
+    WsServer::start_with(&all, env, Stdio::piped()).await
 }
 
 #[tokio::test]
@@ -36,7 +24,7 @@ async fn a_listener_exits_when_its_stdin_closes_and_takes_its_processes() {
     let with_env: (&[&str], &[(&str, &str)]) =
         (&[], &[("CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE", "1")]);
     for (args, env) in [with_flag, with_env] {
-        let (mut child, url) = listener(args, env).await;
+        let WsServer { mut child, url, .. } = listener(args, env).await;
         let mut peer = WsPeer::connect(&url).await;
         peer.handshake().await;
         let start = json!({"id": 1, "method": "process/start", "params": {"processId": "s", "argv": ["sleep", "1000"], "cwd": "/tmp", "env": {}, "tty": false}});
@@ -50,7 +38,7 @@ async fn a_listener_exits_when_its_stdin_closes_and_takes_its_processes() {
         wait_dead(sleep as u32).await;
     }
     // Without it, a closed stdin means nothing to a listener.
-    let (mut child, url) = listener(&[], &[]).await;
+    let WsServer { mut child, url, .. } = listener(&[], &[]).await;
     drop(child.stdin.take());
     let mut peer = WsPeer::connect(&url).await;
     peer.handshake().await;

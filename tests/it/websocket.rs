@@ -23,9 +23,15 @@ pub struct WsServer {
 
 impl WsServer {
     pub async fn start(args: &[&str]) -> WsServer {
+        WsServer::start_with(args, &[], Stdio::null()).await
+    }
+
+    /// With extra environment and the given stdin (a pipe stays in `child.stdin`).
+    pub async fn start_with(args: &[&str], env: &[(&str, &str)], stdin: Stdio) -> WsServer {
         let mut child = tokio::process::Command::new(BIN)
             .args(args)
-            .stdin(Stdio::null())
+            .envs(env.iter().copied())
+            .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
