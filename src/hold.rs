@@ -156,12 +156,12 @@ impl ServerRoom {
         self.wait(bytes, bytes > self.share_size, gate)
     }
 
-    /// Waits for what an answer still to be built may take, `most` (a
-    /// walk's most), at most the share and without the oversized turn: a
-    /// walk or a listing is bounded by its own limit, not by the turn, so it
-    /// never waits behind another connection's large file.
-    pub(crate) fn wait_estimate(&self, most: usize, gate: &Semaphore) -> Option<Held> {
-        self.wait(most, false, gate)
+    /// What an answer still to be built may take, `most` (a walk's most),
+    /// at most the share and without the oversized turn, if the share and
+    /// the room have it now (`None`: build it uncharged, then charge its line).
+    pub(crate) fn try_estimate(&self, most: usize) -> Option<Held> {
+        let charge = most.clamp(1, self.share_size);
+        Held::try_take(&[&self.share, &self.room], &self.account, charge)
     }
 
     fn wait(&self, bytes: usize, turn: bool, gate: &Semaphore) -> Option<Held> {

@@ -121,8 +121,7 @@ fn start() -> io::Result<(UnixStream, OwnedFd)> {
     let (mut ours, theirs) = UnixStream::pair()?;
     ours.set_read_timeout(Some(ANSWER_TIMEOUT))?;
     ours.set_write_timeout(Some(ANSWER_TIMEOUT))?;
-    let argv = [CString::from(c"exec-server-fork"), CString::from(MARKER)];
-    let pid = helper::spawn(&argv, theirs.as_raw_fd())?;
+    let pid = spawn_from_its_own_thread(theirs.as_raw_fd())?;
     drop(theirs);
     // Born during the caller's spawn, so the reaper has left it: its pid is still its own.
     let pidfd = super::tree::pidfd_open(pid)?;
@@ -134,6 +133,24 @@ fn start() -> io::Result<(UnixStream, OwnedFd)> {
             Err(answer.err().unwrap_or_else(|| io::Error::other("not a sandbox forker")))
         }
     }
+}
+
+/// Spawns the forker from a thread of its own that stays for the process's
+/// life, parked: the forker's clones (`CLONE_PARENT`) are that thread's
+/// children, so the orphan reaper tells them from orphans (adopted by the
+/// main thread) by thread, and no spawner thread's end moves them.
+fn spawn_from_its_own_thread(fd: std::os::fd::RawFd) -> io::Result<u32> {
+    let (answer, spawned) = std::sync::mpsc::channel();
+    std::thread::Builder::new().name("exec-server-fkp".into()).spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        super::registry::set_forker_parent(unsafe { libc::gettid() });
+        let argv = [CString::from(c"exec-server-fork"), CString::from(MARKER)];
+        let _ = answer.send(helper::spawn(&argv, fd));
+        loop {
+            std::thread::park();
+        }
+    })?;
+    spawned.recv().map_err(|_| io::Error::other("the forker's thread ended"))?
 }
 
 /// Runs as the forker when this process was started as one; returns otherwise.

@@ -8,7 +8,11 @@
 //! (an exec on a hung mount would hold up every other connection's starts):
 //! a spawn is announced first ([`spawning`]: its thread and when it began),
 //! its child registered once its pid is known, and [`reap_orphans`] leaves
-//! alone every unknown child born after the oldest spawn under way began.
+//! alone the unknown children of a spawning thread born since its spawn
+//! began (and, while any spawn is under way, those of the forker's parent
+//! thread, whose clones the forker's children are). Orphans are adopted by
+//! the main thread, which spawns nothing while a spawner thread runs: they are
+//! reaped whatever hangs.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -78,6 +82,15 @@ fn boot_ticks() -> u64 {
     let nanos = u64::try_from(now.tv_sec).unwrap_or(0).saturating_mul(1_000_000_000)
         + u64::try_from(now.tv_nsec).unwrap_or(0);
     nanos / (1_000_000_000 / hz)
+}
+
+/// The thread whose children the forker's clones are (0: no forker yet).
+static FORKER_PARENT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Records the thread the forker was spawned from: its clones are that
+/// thread's children (`CLONE_PARENT`).
+pub(crate) fn set_forker_parent(tid: libc::pid_t) {
+    FORKER_PARENT.store(tid, Ordering::Relaxed);
 }
 
 /// Kills the child that the spawn under way on thread `tid` is stuck
@@ -228,19 +241,28 @@ pub(crate) fn forgotten(pid: u32) {
 /// Reaps every exited child that is not a connection's leader; returns how many.
 pub(crate) fn reap_orphans() -> usize {
     let leaders = lock();
-    // A child born since the oldest spawn under way began may be that
-    // spawn's, not yet registered: it waits for the next pass.
-    let oldest = in_flight().iter().map(|spawn| spawn.began).min();
+    let flights = in_flight().clone();
+    let forker_parent = FORKER_PARENT.load(Ordering::Relaxed);
     let mut reaped = 0;
-    for pid in children() {
-        if leaders.as_ref().is_some_and(|l| l.contains(&pid)) {
-            continue;
-        }
-        if oldest.is_some_and(|began| tree::stat(pid).is_ok_and(|stat| stat.start >= began)) {
-            continue;
-        }
-        if reap(pid) {
-            reaped += 1;
+    for (tid, children) in children_by_thread() {
+        // A child of a spawning thread (or of the forker's parent) born since
+        // the spawn began may be that spawn's, not yet registered: it waits
+        // for the next pass.
+        let since = flights
+            .iter()
+            .filter(|spawn| spawn.tid == tid || tid == forker_parent)
+            .map(|spawn| spawn.began)
+            .min();
+        for pid in children {
+            if leaders.as_ref().is_some_and(|l| l.contains(&pid)) {
+                continue;
+            }
+            if since.is_some_and(|began| tree::stat(pid).is_ok_and(|stat| stat.start >= began)) {
+                continue;
+            }
+            if reap(pid) {
+                reaped += 1;
+            }
         }
     }
     reaped
@@ -255,16 +277,20 @@ pub(crate) fn kill_descendants() -> usize {
     tree::until_none_left(|| tree::signal_descendants(me, &spared, Signal::KILL))
 }
 
-/// Our children, from every thread's `children` list (zombies included).
-fn children() -> Vec<u32> {
+/// Our children (zombies included), by the thread whose `children` list names them.
+fn children_by_thread() -> Vec<(libc::pid_t, Vec<u32>)> {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
-    let mut pids = Vec::new();
+    let mut found = Vec::new();
     for task in tasks.flatten() {
+        let Some(tid) = task.file_name().to_str().and_then(|name| name.parse().ok()) else {
+            continue;
+        };
         if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
-            pids.extend(text.split_ascii_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+            let pids = text.split_ascii_whitespace().filter_map(|p| p.parse::<u32>().ok());
+            found.push((tid, pids.collect()));
         }
     }
-    pids
+    found
 }
 
 /// Locks the registry (off the loop only; held for map updates and the reaper's pass).

@@ -281,8 +281,13 @@ fn run(roots: &Roots, handles: &Handles, room: (&ServerRoom, &Semaphore), call: 
             // The bytes and their base64 line are both in memory until the
             // line is made; then only the line's charge is kept.
             let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
-            let cost = bytes.saturating_add(b64_len(bytes));
-            held = room.0.wait_blocking(cost.saturating_add(around), room.1);
+            let cost = bytes.saturating_add(b64_len(bytes)).saturating_add(around);
+            if cost < CHARGED_FROM {
+                // Small: bounded by the calls in flight and the outbox, and
+                // never held up by a room other connections filled.
+                return Ok(());
+            }
+            held = room.0.wait_blocking(cost, room.1);
             held.is_some().then_some(()).ok_or_else(|| {
                 ErrorObject::internal(
                     "fs/readFile failed: the connection ended while the answer waited for room",
@@ -307,11 +312,13 @@ fn run(roots: &Roots, handles: &Handles, room: (&ServerRoom, &Semaphore), call: 
         return Line::charged(line, held);
     }
     // A call whose answer can be large (a walk holds up to 32 MiB of paths,
-    // a listing is as long as its directory) is charged before it runs, so
-    // the room bounds how many are built at once; then it keeps what its
-    // line takes.
+    // a listing is as long as its directory) is charged before it runs when
+    // the room has it, so the room bounds how many are built at once; then it
+    // keeps what its line takes. When the room is full (other connections'
+    // answers wait for their readers) it is built uncharged and its line then
+    // waits for room like any other answer: a small listing is never held up.
     let before = match method.as_str() {
-        Walk::NAME | ReadDirectory::NAME => room.0.wait_estimate(BUILD_CHARGE, room.1),
+        Walk::NAME | ReadDirectory::NAME => room.0.try_estimate(BUILD_CHARGE),
         _ => None,
     };
     let line = match method.as_str() {

@@ -1,6 +1,7 @@
 //! A program on a mount that never answers (a FUSE daemon of the test's
 //! own whose file never opens) hangs its exec: that start holds up no other
-//! connection's starts, and the session's end kills the stuck child.
+//! connection's starts nor the reaping of orphans, and the session's end
+//! kills the stuck child.
 
 use std::time::Duration;
 
@@ -31,7 +32,7 @@ async fn reply(peer: &mut WsPeer, id: u64) -> Value {
 }
 
 #[tokio::test]
-async fn a_hung_exec_holds_up_no_other_connection_and_ends_with_its_session() {
+async fn a_hung_exec_holds_up_no_other_connection_nor_the_reaper_and_ends_with_its_session() {
     let dir = scratch("hung-exec");
     let Some(mount) = Mount::start_fixture(&dir, "fuse_hang.py").await else { return };
     let server = WsServer::start(&["--listen", "ws://127.0.0.1:0"]).await;
@@ -60,6 +61,18 @@ async fn a_hung_exec_holds_up_no_other_connection_and_ends_with_its_session() {
             .expect("another connection's start waited for the hung exec");
         assert_eq!(answer, json!({"id": n, "result": {"processId": format!("quick-{n}")}}));
     }
+    // Orphans the server adopts meanwhile are reaped: no zombie stays.
+    let script = "(true &); (true &); (true &); echo started";
+    let params = start_params("orphans", &["sh", "-c", script], json!({}));
+    other
+        .send_text(&json!({"id": 9, "method": "process/start", "params": params}).to_string())
+        .await;
+    assert_eq!(reply(&mut other, 9).await["result"], json!({"processId": "orphans"}));
+    poll_proc("the orphans to be reaped while the exec hangs", || {
+        let zombies = children_of(server_pid).into_iter().filter(|pid| is_zombie(*pid)).count();
+        (zombies == 0).then_some(())
+    })
+    .await;
     // The hung session's end kills its stuck child: the kernel holds the
     // kill until the filesystem answers (here: until its daemon dies).
     hung.send_text(r#"{"id":2,"method":"session/end","params":{}}"#).await;
@@ -67,6 +80,12 @@ async fn a_hung_exec_holds_up_no_other_connection_and_ends_with_its_session() {
     drop(mount);
     wait_dead(stuck).await;
     assert_eq!(reply(&mut hung, 2).await, json!({"id": 2, "result": {}}));
+}
+
+/// Whether `pid` is a zombie (exited, not reaped).
+fn is_zombie(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z'))
 }
 
 /// Whether `pid` has a SIGKILL pending (for the thread or the process).
