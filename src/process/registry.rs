@@ -241,10 +241,14 @@ pub(crate) fn forgotten(pid: u32) {
 /// Reaps every exited child that is not a connection's leader; returns how many.
 pub(crate) fn reap_orphans() -> usize {
     let leaders = lock();
+    // The children first, then the spawns under way: a child listed was
+    // born after its spawn was announced, and that spawn cannot end (its
+    // registration waits for the lock held here) before this pass does.
+    let children = children_by_thread();
     let flights = in_flight().clone();
     let forker_parent = FORKER_PARENT.load(Ordering::Relaxed);
     let mut reaped = 0;
-    for (tid, children) in children_by_thread() {
+    for (tid, children) in children {
         // A child of a spawning thread (or of the forker's parent) born since
         // the spawn began may be that spawn's, not yet registered: it waits
         // for the next pass.
