@@ -11,7 +11,7 @@
 //! read it through `/proc`.
 
 use std::ffi::CString;
-use std::io;
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// Where a helper finds the program's environment.
@@ -33,70 +33,28 @@ pub(crate) fn seal(env: &[CString]) -> io::Result<OwnedFd> {
     }
     // SAFETY: a new descriptor owned by nobody else.
     let made = unsafe { OwnedFd::from_raw_fd(fd) };
-    // Above ENV_FD, so that the spawn's dup2 onto it never clobbers the source.
-    // SAFETY: duplicates a valid descriptor.
-    let fd = unsafe { libc::fcntl(made.as_raw_fd(), libc::F_DUPFD_CLOEXEC, ENV_FD + 1) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    drop(made);
-    // SAFETY: a new descriptor owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut bytes = Vec::with_capacity(env.iter().map(|e| e.as_bytes_with_nul().len()).sum());
+    let mut file = std::fs::File::from(crate::fd::at_least(made, ENV_FD + 1)?);
     for entry in env {
-        bytes.extend_from_slice(entry.as_bytes_with_nul());
-    }
-    let mut written = 0;
-    while written < bytes.len() {
-        // SAFETY: a valid buffer and length; pwrite at the running offset.
-        let n = unsafe {
-            libc::pwrite(
-                fd.as_raw_fd(),
-                bytes[written..].as_ptr().cast(),
-                bytes.len() - written,
-                written as libc::off_t,
-            )
-        };
-        if n < 0 {
-            let error = io::Error::last_os_error();
-            if error.kind() != io::ErrorKind::Interrupted {
-                return Err(error);
-            }
-            continue;
-        }
-        written += n as usize;
+        file.write_all(entry.as_bytes_with_nul())?;
     }
     let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
     // SAFETY: fcntl on our own descriptor with constant arguments.
-    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(fd)
+    Ok(OwnedFd::from(file))
 }
 
 /// In a helper: reads the environment at [`ENV_FD`] and closes it.
 pub(crate) fn take() -> Result<Vec<CString>, String> {
+    // SAFETY: the descriptor the spawn placed for this helper alone; the
+    // File owns it from here and closes it.
+    let mut file = unsafe { std::fs::File::from_raw_fd(ENV_FD) };
     let mut bytes = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    loop {
-        // SAFETY: a valid buffer of its length; the offset is where we are.
-        let n = unsafe {
-            libc::pread(ENV_FD, chunk.as_mut_ptr().cast(), chunk.len(), bytes.len() as libc::off_t)
-        };
-        if n < 0 {
-            let error = io::Error::last_os_error();
-            if error.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(format!("cannot read the program's environment: {error}"));
-        }
-        if n == 0 {
-            break;
-        }
-        bytes.extend_from_slice(&chunk[..n as usize]);
-    }
-    // SAFETY: the descriptor is this helper's own; nothing else uses it.
-    unsafe { libc::close(ENV_FD) };
+    // From the start: the writer's offset is shared with this descriptor.
+    file.seek(SeekFrom::Start(0))
+        .and_then(|_| file.read_to_end(&mut bytes))
+        .map_err(|error| format!("cannot read the program's environment: {error}"))?;
     Ok(parse(&bytes))
 }
 

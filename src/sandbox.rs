@@ -35,7 +35,7 @@ pub(crate) use self::report::Failure;
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Mutex;
@@ -174,18 +174,5 @@ fn life_pipe() -> io::Result<RawFd> {
 /// to 5, so the spawn's dup2s onto 3, 4 and 5 never clobber one another.
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let (read, write) = crate::fd::pipe()?;
-    Ok((above_five(read)?, above_five(write)?))
-}
-
-fn above_five(fd: OwnedFd) -> io::Result<OwnedFd> {
-    if fd.as_raw_fd() > 5 {
-        return Ok(fd);
-    }
-    // SAFETY: duplicates a valid descriptor to a new one of at least 6.
-    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 6) };
-    if moved < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a new descriptor owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(moved) })
+    Ok((crate::fd::at_least(read, 6)?, crate::fd::at_least(write, 6)?))
 }

@@ -4,8 +4,9 @@
 //!
 //! The rule: never for an unsandboxed process or an exit code of 0; yes when
 //! the retained output (stdout, stderr and the terminal, lowercased) names a
-//! refusal ([`REFUSALS`]); otherwise no for the exit codes a shell gives its
-//! own failures (2, 126, 127); yes for 159 (128 + SIGSYS: seccomp killed it).
+//! refusal ([`REFUSALS`]); otherwise yes only for 159 (128 + SIGSYS: seccomp
+//! killed it). Upstream first refuses the exit codes a shell gives its own
+//! failures (2, 126, 127), which 159 is not, so that step decides nothing here.
 
 /// Words of a refusal, matched in the lowercased output.
 const REFUSALS: [&str; 7] = [
@@ -17,9 +18,6 @@ const REFUSALS: [&str; 7] = [
     "landlock",
     "failed to write file",
 ];
-
-/// Exit codes a shell uses for its own failures (misuse, not executable, not found).
-const SHELL_FAILURES: [i32; 3] = [2, 126, 127];
 
 /// The guess for a process that exited with `exit_code` after writing
 /// `output` (its retained chunks, in order), sandboxed or not.
@@ -39,7 +37,7 @@ pub(crate) fn likely<'a>(
     if REFUSALS.iter().any(|refusal| text.contains(refusal)) {
         return true;
     }
-    !SHELL_FAILURES.contains(&exit_code) && exit_code == 128 + libc::SIGSYS
+    exit_code == 128 + libc::SIGSYS
 }
 
 #[cfg(test)]

@@ -145,22 +145,14 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> Result<Spawned, SpawnError> {
                     args,
                     prepared.is_some(),
                     |program, argv, joining| {
-                        match joining {
-                            // The join helper execs the program itself: it takes
-                            // the environment sealed too.
-                            true if prepared.is_none() => {
-                                let sealed = crate::env_fd::seal(env)?;
-                                let fds = [(sealed.as_raw_fd(), crate::env_fd::ENV_FD)];
-                                launch::launch(&Launch {
-                                    program,
-                                    argv,
-                                    env: &[],
-                                    fds: &fds,
-                                    ..base
-                                })
-                            }
-                            _ => launch::launch(&Launch { program, argv, ..base }),
+                        if !joining || prepared.is_some() {
+                            return launch::launch(&Launch { program, argv, ..base });
                         }
+                        // The join helper execs the program itself: it takes
+                        // the environment sealed too.
+                        let sealed = crate::env_fd::seal(env)?;
+                        let fds = [(sealed.as_raw_fd(), crate::env_fd::ENV_FD)];
+                        launch::launch(&Launch { program, argv, env: &[], fds: &fds, ..base })
                     },
                 )?
             }
