@@ -101,6 +101,27 @@ async fn large_frames(url: &str) -> WsPeer {
     WsPeer { ws }
 }
 
+/// `count` peers that each send `request(id)` for every id in `ids` and then
+/// read nothing.
+async fn peers_that_never_read(
+    url: &str,
+    count: usize,
+    ids: std::ops::Range<i64>,
+    request: impl Fn(i64) -> String,
+) -> Vec<WsPeer> {
+    let mut peers = Vec::new();
+    for _ in 0..count {
+        let mut peer = large_frames(url).await;
+        peer.handshake().await;
+        for id in ids.clone() {
+            peer.ws.feed(Frame::text(request(id))).await.unwrap();
+        }
+        peer.ws.flush().await.unwrap();
+        peers.push(peer);
+    }
+    peers
+}
+
 async fn wait_done(done: &mut mpsc::UnboundedReceiver<()>, count: usize) {
     for _ in 0..count {
         within("the HTTP server's answers written or dropped", done.recv()).await.unwrap();
@@ -146,16 +167,7 @@ async fn websocket_clients_that_never_read_keep_the_server_within_the_room() {
     let room = ROOM.to_string();
     let server =
         WsServer::start(&["--listen", "ws://127.0.0.1:0", "--max-retained-bytes", &room]).await;
-    let mut stuck = Vec::new();
-    for _ in 0..3 {
-        let mut peer = large_frames(&server.url).await;
-        peer.handshake().await;
-        for id in 100..116 {
-            peer.ws.feed(Frame::text(request(id, address))).await.unwrap();
-        }
-        peer.ws.flush().await.unwrap();
-        stuck.push(peer);
-    }
+    let stuck = peers_that_never_read(&server.url, 3, 100..116, |id| request(id, address)).await;
     wait_done(&mut done, 48).await;
     // A fresh client is served while the others still read nothing.
     let mut fresh = WsPeer::connect(&server.url).await;
@@ -285,17 +297,11 @@ async fn connections_that_never_read_their_files_hold_up_no_other_connections_ca
     let room = ROOM.to_string();
     let server =
         WsServer::start(&["--listen", "ws://127.0.0.1:0", "--max-retained-bytes", &room]).await;
-    let mut stalled = Vec::new();
-    for _ in 0..5 {
-        let mut peer = large_frames(&server.url).await;
-        peer.handshake().await;
-        for id in 100..120 {
-            let big = &bigs[id % 4];
-            let line = json!({"id": id, "method": "fs/readFile", "params": {"path": big}});
-            peer.send_text(&line.to_string()).await;
-        }
-        stalled.push(peer);
-    }
+    let read = |id: i64| {
+        let big = &bigs[id as usize % 4];
+        json!({"id": id, "method": "fs/readFile", "params": {"path": big}}).to_string()
+    };
+    let stalled = peers_that_never_read(&server.url, 5, 100..120, read).await;
     // The first answer is being made (its file read, its 40 MiB line
     // growing): the other calls wait (before: in the room's queue, where
     // every other connection's call then waited behind them).
