@@ -30,3 +30,93 @@ pub(crate) fn at_least(fd: OwnedFd, lowest: RawFd) -> io::Result<OwnedFd> {
     // SAFETY: a new descriptor owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(moved) })
 }
+
+/// Room for the control message of up to 8 descriptors.
+type Control = [u64; 8];
+
+/// One `sendmsg` of `bytes` with `fds` attached (SCM_RIGHTS): how many bytes
+/// went (the rest is sent without descriptors). At most 8 descriptors.
+pub(crate) fn send_with_fds(socket: RawFd, bytes: &[u8], fds: &[RawFd]) -> io::Result<usize> {
+    let mut iov = libc::iovec { iov_base: bytes.as_ptr().cast_mut().cast(), iov_len: bytes.len() };
+    let mut control: Control = [0; 8];
+    // SAFETY: msghdr is plain data; every pointer set below outlives the call.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = &mut iov;
+    message.msg_iovlen = 1;
+    if !fds.is_empty() {
+        let payload = u32::try_from(std::mem::size_of_val(fds)).unwrap_or(u32::MAX);
+        // SAFETY: CMSG_SPACE computes a size from a length.
+        let space = unsafe { libc::CMSG_SPACE(payload) } as usize;
+        if space > std::mem::size_of::<Control>() {
+            return Err(io::Error::from_raw_os_error(libc::E2BIG));
+        }
+        message.msg_control = control.as_mut_ptr().cast();
+        message.msg_controllen = space;
+        // SAFETY: the control buffer holds `space` bytes (checked above) and
+        // is aligned for cmsghdr; the first header is within it.
+        unsafe {
+            let header = libc::CMSG_FIRSTHDR(&message);
+            (*header).cmsg_level = libc::SOL_SOCKET;
+            (*header).cmsg_type = libc::SCM_RIGHTS;
+            (*header).cmsg_len = libc::CMSG_LEN(payload) as usize;
+            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(header).cast(), fds.len());
+        }
+    }
+    loop {
+        // SAFETY: a valid message over live buffers.
+        let sent = unsafe { libc::sendmsg(socket, &message, libc::MSG_NOSIGNAL) };
+        if let Ok(sent) = usize::try_from(sent) {
+            return Ok(sent);
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
+}
+
+/// One `recvmsg` into `buffer`: the bytes read and the descriptors that came
+/// with them (close-on-exec); EMSGSIZE when more came than 8 descriptors' room.
+pub(crate) fn receive_with_fds(
+    socket: RawFd,
+    buffer: &mut [u8],
+) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let mut control: Control = [0; 8];
+    let mut iov = libc::iovec { iov_base: buffer.as_mut_ptr().cast(), iov_len: buffer.len() };
+    // SAFETY: msghdr is plain data; the pointers set below outlive the call.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = &mut iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control.as_mut_ptr().cast();
+    message.msg_controllen = std::mem::size_of::<Control>();
+    let got = loop {
+        // SAFETY: a valid message over live buffers; received descriptors are close-on-exec.
+        let got = unsafe { libc::recvmsg(socket, &mut message, libc::MSG_CMSG_CLOEXEC) };
+        if let Ok(got) = usize::try_from(got) {
+            break got;
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    };
+    let mut fds = Vec::new();
+    // SAFETY: walks the control messages recvmsg filled in, within msg_controllen.
+    unsafe {
+        let mut header = libc::CMSG_FIRSTHDR(&message);
+        while !header.is_null() {
+            if (*header).cmsg_level == libc::SOL_SOCKET && (*header).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(header).cast::<RawFd>();
+                let bytes = (*header).cmsg_len - libc::CMSG_LEN(0) as usize;
+                for i in 0..bytes / std::mem::size_of::<RawFd>() {
+                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
+                }
+            }
+            header = libc::CMSG_NXTHDR(&message, header);
+        }
+    }
+    if message.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
+    }
+    Ok((got, fds))
+}

@@ -63,6 +63,8 @@ mod bridge;
 #[cfg(feature = "server")]
 mod cli;
 #[cfg(feature = "server")]
+mod dial;
+#[cfg(feature = "server")]
 mod env_fd;
 #[cfg(feature = "server")]
 mod fd;
@@ -84,6 +86,8 @@ mod mcp;
 mod ports;
 #[cfg(feature = "server")]
 mod process;
+#[cfg(feature = "server")]
+mod proxy;
 #[cfg(feature = "server")]
 mod sandbox;
 #[cfg(feature = "server")]
@@ -111,8 +115,8 @@ pub use crate::filesystem::LocalFileSystem;
 pub use crate::filesystem::{FileSystem, RemoteFileSystem};
 pub use crate::launcher::{LaunchCommand, Launcher, Shutdown, SshCommand};
 pub use crate::protocol::{
-    Access, AccessEntry, LimitHit, ProcessLimits, Sandbox, SandboxMode, SandboxType, StartMetadata,
-    StartParams, TtySize,
+    Access, AccessEntry, LimitHit, Network, NetworkPolicy, ProcessLimits, Sandbox, SandboxMode,
+    SandboxType, StartMetadata, StartParams, TtySize,
 };
 
 #[cfg(feature = "server")]

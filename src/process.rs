@@ -20,6 +20,7 @@ mod entry;
 mod forker;
 mod helper;
 mod launch;
+mod network;
 mod output;
 mod pumps;
 mod reads;
@@ -175,6 +176,9 @@ pub(crate) struct ProcessTable {
     /// The cgroups of forgotten processes that still had members, newest
     /// last (at most [`MAX_LINGERING`]): killed when the table ends.
     lingering_groups: VecDeque<Arc<crate::limits::Group>>,
+    /// The client answers `network/decide`, and the questions it has not
+    /// answered yet (see `network`).
+    decisions: network::Decisions,
 }
 
 impl ProcessTable {
@@ -202,6 +206,7 @@ impl ProcessTable {
             lingering: VecDeque::new(),
             lingering_groups: VecDeque::new(),
             reserved: VecDeque::new(),
+            decisions: network::Decisions::default(),
         }
     }
 
@@ -286,7 +291,8 @@ impl ProcessTable {
         let serial = match &event {
             ProcEvent::Output { serial, .. }
             | ProcEvent::StreamEnd { serial }
-            | ProcEvent::Exited { serial, .. } => *serial,
+            | ProcEvent::Exited { serial, .. }
+            | ProcEvent::Network { serial, .. } => *serial,
         };
         let Some(id) = self.ids.get(&serial).cloned() else { return };
         let Some(entry) = self.entries.get_mut(&id) else { return };
@@ -317,6 +323,7 @@ impl ProcessTable {
                 self.settle(&id, now, out);
                 self.keep_reserved_bound();
             }
+            ProcEvent::Network { report, .. } => self.on_network(id, report, out),
         }
     }
 

@@ -7,6 +7,7 @@ mod http_types;
 mod limit_types;
 mod methods;
 pub(crate) mod names;
+mod network_types;
 mod process_types;
 mod sandbox_types;
 mod strict;

@@ -18,6 +18,7 @@ mod access;
 mod confine;
 mod init;
 mod landlock;
+mod loopback;
 mod network;
 mod policy;
 mod report;
@@ -30,12 +31,13 @@ mod view;
 mod wire_path;
 
 pub(crate) use self::access::{resolve_map, Globs};
+pub(crate) use self::loopback::{HTTP_PORT as PROXY_HTTP_PORT, SOCKS_PORT as PROXY_SOCKS_PORT};
 pub(crate) use self::policy::{check_request, resolve, Policy, Settings};
-pub(crate) use self::report::Failure;
+pub(crate) use self::report::{Failure, Listeners};
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Mutex;
@@ -96,7 +98,7 @@ pub(crate) fn prepare(
     let unavailable = std::env::var(UNAVAILABLE_ENV)
         .map(|list| list.split(',').map(str::to_owned).collect())
         .unwrap_or_default();
-    let network_helper = match policy.network {
+    let network_helper = match policy.network && !policy.proxied {
         true => Some(
             network::helper()
                 .ok_or_else(|| io::Error::new(io::ErrorKind::Unsupported, network::missing()))?,
@@ -129,7 +131,7 @@ pub(crate) fn prepare(
     full.push(CString::new(spec).map_err(|_| nul())?);
     full.extend(argv);
     let life = life_pipe()?;
-    let (report, report_child) = pipe()?;
+    let (report, report_child) = report_socket()?;
     let env = crate::env_fd::seal(env)?;
     let fds = [
         (life, report::LIFE_FD),
@@ -141,8 +143,9 @@ pub(crate) fn prepare(
 
 impl Prepared {
     /// After the spawn: waits (on the spawner thread) until the program runs,
-    /// or the trampoline says why it cannot.
-    pub(crate) fn wait_started(self) -> Result<(), Failure> {
+    /// or the trampoline says why it cannot; with a policy's network, the
+    /// proxy's listeners it sent.
+    pub(crate) fn wait_started(self) -> Result<Option<Listeners>, Failure> {
         drop(self.report_child);
         report::read(&self.report)
     }
@@ -168,6 +171,21 @@ fn life_pipe() -> io::Result<RawFd> {
     life.as_ref()
         .map(|(read, _write)| read.as_raw_fd())
         .ok_or_else(|| io::Error::other("no life pipe"))
+}
+
+/// The report channel (the server's end, the trampoline's): a Unix stream
+/// socket, which reads like a pipe and also carries the proxy's listeners;
+/// placed like [`pipe`]'s ends.
+fn report_socket() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    let kind = libc::SOCK_STREAM | libc::SOCK_CLOEXEC;
+    // SAFETY: socketpair writes two new descriptors into `fds`.
+    if unsafe { libc::socketpair(libc::AF_UNIX, kind, 0, fds.as_mut_ptr()) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    Ok((crate::fd::at_least(ours, 6)?, crate::fd::at_least(theirs, 6)?))
 }
 
 /// A pipe (read end, write end), close-on-exec, both above 2 and away from 3

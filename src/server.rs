@@ -101,6 +101,10 @@ pub struct Config {
     pub sandbox: bool,
     /// Under `sandbox`, the default policy keeps the host's network (`--sandbox-network`).
     pub sandbox_network: bool,
+    /// Under `sandbox`, the default policy reaches only these hosts, through
+    /// the server's proxy (`--sandbox-allow-host`; patterns as in a
+    /// `sandbox.network` policy's `allow`).
+    pub sandbox_allow_hosts: Vec<String>,
     /// Which addresses `tunnel/open` may reach (`--tunnels`).
     pub tunnels: TunnelPolicy,
     /// Whether `http/request` is served (`--http-requests`).
@@ -129,6 +133,7 @@ impl Default for Config {
             id_reservation: DEFAULT_ID_RESERVATION,
             sandbox: false,
             sandbox_network: false,
+            sandbox_allow_hosts: Vec::new(),
             tunnels: TunnelPolicy::default(),
             http_requests: HttpPolicy::default(),
             sandbox_helper: None,

@@ -84,7 +84,7 @@ pub(crate) fn confinement(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Confinement {
     /// The files as the sandbox says (and its network).
-    Files(Sandbox),
+    Files(Box<Sandbox>),
     /// Every file writable, no network: nothing for an fs call to check.
     NetworkOnly,
 }
@@ -93,7 +93,7 @@ impl Confinement {
     /// The sandbox a process runs under.
     pub(crate) fn sandbox(self) -> Sandbox {
         match self {
-            Confinement::Files(sandbox) => sandbox,
+            Confinement::Files(sandbox) => *sandbox,
             Confinement::NetworkOnly => Sandbox::access([AccessEntry {
                 path: "/".into(),
                 access: Access::Write,
@@ -151,7 +151,7 @@ fn managed(
         writable.extend(paths_of(extra, "file_system.writableRoots", bad)?);
     }
     writable.dedup();
-    Ok(Some(Confinement::Files(Sandbox::restricted(writable).network(network))))
+    Ok(Some(Confinement::Files(Box::new(Sandbox::restricted(writable).network(network)))))
 }
 
 /// A `restricted` file system: its entries as an access list.
@@ -204,7 +204,7 @@ fn restricted(
         sandbox.deny_globs = Some(globs);
         sandbox.glob_scan_max_depth = depth;
     }
-    Ok(Some(Confinement::Files(sandbox)))
+    Ok(Some(Confinement::Files(Box::new(sandbox))))
 }
 
 /// One entry of a `restricted` list, expanded into access entries (a

@@ -100,7 +100,7 @@ pub(crate) fn translate(method: &str, params: Value) -> Result<Inbound, ErrorObj
             let writes = FS_WRITES.contains(&method) || (method == "fs/open" && replace);
             // A context that only keeps the network confines no fs call.
             let confinement = match contexts::confinement(method, &sandbox, None)? {
-                Some(Confinement::Files(sandbox)) => Some(sandbox),
+                Some(Confinement::Files(sandbox)) => Some(*sandbox),
                 Some(Confinement::NetworkOnly) | None => None,
             };
             if confinement.is_some() && method == "fs/watch" {

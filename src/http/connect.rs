@@ -3,19 +3,21 @@
 //! the system's roots), the request, the response head. No pool: each hop of
 //! a request connects anew, and the connection ends with its response.
 
-use std::net::{Ipv6Addr, SocketAddr};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use http::{HeaderName, HeaderValue, Method, Request, Response};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 use tokio_rustls::TlsConnector;
 use url::{Host, Position, Url};
+
+/// How long the connect may take (the lookup included).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The task that drives a response's connection; aborted when dropped, so
 /// it ends with the response (and with the request's task).
@@ -36,21 +38,18 @@ pub(super) async fn exchange(
     body: Bytes,
 ) -> Result<(Response<Incoming>, Connection), String> {
     let port = url.port_or_known_default().ok_or_else(|| format!("{url} has no port"))?;
-    let stream = match url.host() {
-        // `localhost` and its subdomains are loopback (RFC 6761): never looked up.
-        Some(Host::Domain(name)) if is_localhost(name) => {
-            let loopback = [
-                SocketAddr::from(([127, 0, 0, 1], port)),
-                SocketAddr::from((Ipv6Addr::LOCALHOST, port)),
-            ];
-            TcpStream::connect(&loopback[..]).await
-        }
-        Some(Host::Domain(name)) => TcpStream::connect((name, port)).await,
-        Some(Host::Ipv4(ip)) => TcpStream::connect(SocketAddr::from((ip, port))).await,
-        Some(Host::Ipv6(ip)) => TcpStream::connect(SocketAddr::from((ip, port))).await,
+    let host = match url.host() {
+        Some(Host::Domain(name)) => name.to_owned(),
+        Some(Host::Ipv4(ip)) => ip.to_string(),
+        Some(Host::Ipv6(ip)) => ip.to_string(),
         None => return Err(format!("{url} has no host")),
-    }
-    .map_err(|e| format!("cannot connect to {}: {e}", authority(url)))?;
+    };
+    let dialled = async {
+        let addresses = crate::dial::resolve(&host, port, crate::dial::Reach::Anywhere).await?;
+        crate::dial::connect(&addresses, CONNECT_TIMEOUT).await
+    };
+    let stream =
+        dialled.await.map_err(|e| format!("cannot connect to {}: {}", authority(url), shown(e)))?;
     let _ = stream.set_nodelay(true);
     let request = request(method, url, headers, body)?;
     if url.scheme() == "https" {
@@ -114,13 +113,6 @@ fn request(
     builder.body(Full::new(body)).map_err(|e| e.to_string())
 }
 
-/// `localhost`, `*.localhost`, with or without the final dot (the URL
-/// parser has already lowercased them).
-fn is_localhost(name: &str) -> bool {
-    let name = name.strip_suffix('.').unwrap_or(name);
-    name == "localhost" || name.ends_with(".localhost")
-}
-
 /// `host[:port]` of `url` (the port only when not the scheme's default).
 fn authority(url: &Url) -> String {
     let host = url.host_str().unwrap_or_default();
@@ -159,4 +151,13 @@ fn load_tls_config() -> Result<Arc<ClientConfig>, String> {
         .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+/// A dial's failure as the OS worded it (the same words as before the
+/// dialer was shared).
+fn shown(error: crate::dial::DialError) -> String {
+    match error.io() {
+        Some(error) => error.to_string(),
+        None => error.to_string(),
+    }
 }

@@ -92,6 +92,8 @@ pub(crate) struct Entry {
     limit_hit: Option<LimitHit>,
     /// Its failure looks like the sandbox's refusal (guessed at its exit).
     denied: bool,
+    /// A policy's network: the proxy, ended with the entry.
+    pub(crate) proxy: Option<crate::proxy::Proxy>,
 }
 
 impl Entry {
@@ -157,6 +159,7 @@ impl Entry {
             group: spawned.group,
             limit_hit: None,
             denied: false,
+            proxy: None,
         })
     }
 

@@ -44,6 +44,11 @@ pub(crate) enum ProcEvent {
         serial: u64,
         exit: io::Result<ExitInfo>,
     },
+    /// What a sandbox's proxy reports.
+    Network {
+        serial: u64,
+        report: crate::proxy::Report,
+    },
 }
 
 /// Bytes of output on their way to the loop, for all of a connection's

@@ -57,6 +57,8 @@ pub(crate) struct Spawned {
     pub(crate) io: ChildIo,
     /// The cgroup its tree runs in, for a start with limits.
     pub(crate) group: Option<std::sync::Arc<Group>>,
+    /// A policy's network: the proxy's listeners in the sandbox, and its rules.
+    pub(crate) proxy: Option<(sandbox::Listeners, std::sync::Arc<crate::dial::Rules>)>,
 }
 
 /// The parent's ends of the child's stdio.
@@ -159,18 +161,19 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> Result<Spawned, SpawnError> {
             (None, None) => launch::launch(&base)?,
         };
         spawning.register(pid);
-        if let Some(prepared) = prepared {
-            if let Err(failure) = prepared.wait_started() {
+        let Some(prepared) = prepared else { return Ok((pid, None)) };
+        match prepared.wait_started() {
+            Ok(listeners) => Ok::<_, SpawnError>((pid, listeners)),
+            Err(failure) => {
                 registry::abandon(pid);
-                return Err(match failure {
+                Err(match failure {
                     Failure::Setup(message) => SpawnError::Sandbox(message),
                     Failure::Exec(error) => SpawnError::Io(error),
-                });
+                })
             }
         }
-        Ok::<u32, SpawnError>(pid)
     };
-    let (pid, io) = match request.tty {
+    let (pid, listeners, io) = match request.tty {
         None => {
             let (stdout, child_stdout) = pipe()?;
             let (stderr, child_stderr) = pipe()?;
@@ -180,7 +183,7 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> Result<Spawned, SpawnError> {
                 stdout: &child_stdout,
                 stderr: &child_stderr,
             };
-            let pid = launch(stdio, None)?;
+            let (pid, listeners) = launch(stdio, None)?;
             // The child's ends close here: end of file comes when the child's copies go.
             let stdin = stdin.map(|(_, ours)| ChildStdin::from(ours));
             let io = ChildIo::Pipes {
@@ -188,7 +191,7 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> Result<Spawned, SpawnError> {
                 stdout: ChildStdout::from(stdout),
                 stderr: ChildStderr::from(stderr),
             };
-            (pid, io)
+            (pid, listeners, io)
         }
         Some(size) => {
             let master = open_pty(size)?;
@@ -196,14 +199,17 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> Result<Spawned, SpawnError> {
                 master.tty_name().ok_or_else(|| io::Error::other("pseudo-terminal has no name"))?;
             let slave_path = slave;
             let slave = CString::new(slave_path.as_os_str().as_bytes()).map_err(|_| nul())?;
-            let pid = launch(Stdio::Terminal(&slave), Some(&slave_path))?;
-            (pid, ChildIo::Pty { master })
+            let (pid, listeners) = launch(Stdio::Terminal(&slave), Some(&slave_path))?;
+            (pid, listeners, ChildIo::Pty { master })
         }
     };
     let pidfd = tree::pidfd_open(pid)?;
     let sandbox_type =
         if request.sandbox.is_some() { SandboxType::LinuxLandlock } else { SandboxType::None };
-    Ok(Spawned { pid, sandbox_type, pidfd, io, group: None })
+    // A policy's network: its listeners, and the rules its proxy applies.
+    let rules = request.sandbox.and_then(|(policy, _)| policy.rules.clone());
+    let proxy = listeners.zip(rules);
+    Ok(Spawned { pid, sandbox_type, pidfd, io, group: None, proxy })
 }
 
 /// Waits until the child has exited, without reaping it.

@@ -108,6 +108,8 @@ impl ProcessTable {
             return Err(ErrorObject::invalid_params("cwd holds a NUL byte"));
         }
         sandbox::check_request(params.sandbox.as_ref(), &self.limits.sandbox)?;
+        let asks = params.sandbox.as_ref().and_then(|s| s.network.as_ref());
+        self.check_asking(matches!(asks, Some(crate::protocol::Network::Policy(p)) if p.ask))?;
         if let Some(name) = params.env.keys().find(|n| n.is_empty() || n.contains(['=', '\0'])) {
             return Err(ErrorObject::invalid_params(format!(
                 "env name {name:?} is invalid: a name must be non-empty, without '=' or NUL"
@@ -166,12 +168,17 @@ impl ProcessTable {
                     ))
                 })?;
             }
-            let params = StartParams { cwd: cwd.path, ..work_params };
+            let mut params = StartParams { cwd: cwd.path, ..work_params };
+            if policy.as_ref().is_some_and(|policy| policy.proxied) {
+                crate::proxy::set_env(&mut params.env);
+            }
             let confined = policy.as_ref().map(|policy| (policy, settings.helper.as_deref()));
             // The server's own processes in a sandboxed tree's cgroup: its
             // init and the network helper (the trampoline leaves the cgroup
             // before the program starts, so its exit frees no slot for the tree).
-            let helpers = policy.as_ref().map_or(0, |policy| 1 + u64::from(policy.network));
+            let helpers = policy
+                .as_ref()
+                .map_or(0, |policy| 1 + u64::from(policy.network && !policy.proxied));
             let group = match tree_limits {
                 Some(limits) => {
                     // The watcher learns of the cgroups as they are made: a
@@ -270,9 +277,11 @@ impl ProcessTable {
         };
         let outcome = outcome
             .unwrap_or_else(|_| Err(ErrorObject::internal("the spawner thread is gone")))
-            .and_then(|spawned| {
+            .and_then(|mut spawned| {
                 let account = self.account.clone();
-                Entry::start(
+                let proxy = spawned.proxy.take();
+                let pid = spawned.pid;
+                let mut entry = Entry::start(
                     serial,
                     &params,
                     shape,
@@ -283,7 +292,22 @@ impl ProcessTable {
                 )
                 .map_err(|error| {
                     ErrorObject::internal(format!("failed to start `{}`: {error}", params.argv[0]))
-                })
+                })?;
+                // A policy's network: its proxy runs as long as the entry.
+                if let Some((listeners, rules)) = proxy {
+                    let reporter = super::network::reporter(&self.events, serial);
+                    let room = self.account.tunnel_room(self.limits.server_retained);
+                    let held = (room, self.account.clone());
+                    let started = crate::proxy::Proxy::start(listeners, rules, reporter, held);
+                    entry.proxy = Some(started.map_err(|error| {
+                        registry::abandon(pid);
+                        ErrorObject::invalid_request(format!(
+                            "cannot sandbox `{}`: its network proxy cannot listen: {error}",
+                            params.argv[0]
+                        ))
+                    })?);
+                }
+                Ok(entry)
             });
         let result = outcome.map(|mut entry| {
             tracing::debug!(id = %params.process_id, pid = entry.pid, argv = ?params.argv, "started");

@@ -14,7 +14,15 @@ impl InitializeParams {
             resume_session_id: None,
             takeover: false,
             resumable: false,
+            network_decisions: false,
         }
+    }
+
+    /// Says that this client answers `network/decide` (sandboxes whose
+    /// network policy asks about unlisted hosts).
+    pub fn network_decisions(mut self) -> InitializeParams {
+        self.network_decisions = true;
+        self
     }
 
     /// Says that this client resumes a dropped connection's session, so the

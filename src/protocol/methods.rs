@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 pub use super::fs_types::*;
 pub use super::http_types::*;
+pub use super::network_types::*;
 pub use super::process_types::*;
 pub use super::sandbox_types::*;
 pub use super::today_types::*;
@@ -160,6 +161,8 @@ notifications! {
     PortsChanged = "ports/changed" (PortsChangedParams);
     /// `http/request/bodyDelta`: part of a streamed response body (today's dialect).
     HttpBodyDelta = "http/request/bodyDelta" (BodyDeltaParams);
+    /// `network/connection`: a sandbox's proxy decided a connection (Part B).
+    NetworkConnection = "network/connection" (NetworkConnectionParams);
 }
 
 /// An empty object, `{}`; also accepted as `null` or absent params.
@@ -186,6 +189,10 @@ pub struct InitializeParams {
     /// being killed, as Part A has it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub resumable: bool,
+    /// This client answers `network/decide` for sandboxes whose network
+    /// policy asks (Part B); without it such a start is refused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub network_decisions: bool,
 }
 
 /// `initialize` result.
@@ -244,4 +251,5 @@ pub const FEATURES: &[&str] = &[
     "fs/regularFilesOnly",
     "fs/confinedTrees",
     "process/sandbox",
+    "process/sandboxNetworkPolicy",
 ];

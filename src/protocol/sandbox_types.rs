@@ -16,9 +16,10 @@ pub struct Sandbox {
     /// `restricted`: when given, the process reads only beneath these (and the writable roots).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readable_roots: Option<Vec<PathBuf>>,
-    /// `restricted`: whether the process may use the host's IP network (default false).
+    /// `restricted`: no network (false, the default), the host's (true), or
+    /// only the hosts a policy names, through the server's proxy (Part B).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network: Option<bool>,
+    pub network: Option<Network>,
     /// `restricted`, instead of the roots: what may be read, written or not
     /// seen at all, path by path; the most specific entry wins, and what no
     /// entry covers is denied.
@@ -119,8 +120,99 @@ impl Sandbox {
 
     /// Allows (true) or forbids (false, the default) the host's IP network.
     pub fn network(mut self, allowed: bool) -> Sandbox {
-        self.network = Some(allowed);
+        self.network = Some(if allowed { Network::Full } else { Network::Off });
         self
+    }
+
+    /// Reaches only the hosts `policy` names, through the server's proxy.
+    pub fn network_policy(mut self, policy: NetworkPolicy) -> Sandbox {
+        self.network = Some(Network::Policy(policy));
+        self
+    }
+}
+
+/// `sandbox.network`: `false`, `true`, or a [`NetworkPolicy`] object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Network {
+    /// `false`: no IP socket at all.
+    Off,
+    /// `true`: the sandbox's own namespace with egress to every other host.
+    Full,
+    /// Only what the policy allows, through the server's HTTP and SOCKS5 proxy.
+    Policy(NetworkPolicy),
+}
+
+impl Network {
+    /// Whether the process may open IP sockets at all.
+    pub fn is_on(&self) -> bool {
+        !matches!(self, Network::Off)
+    }
+}
+
+/// Which hosts a sandbox reaches through the server's proxy: deny wins over
+/// allow, and a host neither names is refused, or asked of the client
+/// (`network/decide`) with `ask`. See docs/sandbox.md for the patterns.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NetworkPolicy {
+    /// Patterns of the hosts allowed: `pypi.org`, `*.pythonhosted.org`,
+    /// `github.com:443`, `10.20.0.5:8080`, `[2001:db8::1]`.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Patterns of the hosts refused, even when `allow` names them.
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// Hosts neither list names are put to the client (who must have said
+    /// `networkDecisions: true` in `initialize`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ask: bool,
+    /// How long an asked decision may take (default 30000); no answer denies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ask_timeout_ms: Option<u64>,
+}
+
+impl NetworkPolicy {
+    /// A policy that allows `patterns`.
+    pub fn allow<I, S>(patterns: I) -> NetworkPolicy
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        NetworkPolicy {
+            allow: patterns.into_iter().map(Into::into).collect(),
+            ..NetworkPolicy::default()
+        }
+    }
+}
+
+impl Serialize for Network {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Network::Off => serializer.serialize_bool(false),
+            Network::Full => serializer.serialize_bool(true),
+            Network::Policy(policy) => policy.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Network {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Network, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Network;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("false, true or a policy {allow, deny, ask, askTimeoutMs}")
+            }
+            fn visit_bool<E: serde::de::Error>(self, on: bool) -> Result<Network, E> {
+                Ok(if on { Network::Full } else { Network::Off })
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Network, A::Error> {
+                let policy =
+                    NetworkPolicy::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(Network::Policy(policy))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
     }
 }
 

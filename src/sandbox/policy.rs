@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::dial::Rules;
 use crate::fs::{AccessMap, Roots};
-use crate::protocol::{Access, ErrorObject, Sandbox, SandboxMode};
+use crate::protocol::{Access, ErrorObject, Network, Sandbox, SandboxMode};
 
 /// The most paths an access list may shape the mount view with.
 pub(crate) const MAX_VIEW_MOUNTS: usize = 1024;
@@ -34,8 +35,15 @@ pub(crate) struct Policy {
     /// that no rename can carry what lies beneath it elsewhere on the host.
     #[serde(default, with = "super::wire_path::list")]
     pub(crate) pinned: Vec<PathBuf>,
-    /// The host's IP network (false: no IP socket at all).
+    /// IP sockets (false: none at all).
     pub(crate) network: bool,
+    /// With `network`: a network namespace holding only its own loopback,
+    /// where the server's proxy listens, instead of the host's egress.
+    #[serde(default)]
+    pub(crate) proxied: bool,
+    /// The proxy's rules: the server keeps them, the trampoline needs none.
+    #[serde(skip)]
+    pub(crate) rules: Option<Arc<Rules>>,
     /// A program the sandbox keeps from running still starts: the process
     /// says why on stderr and exits 127 (else the start fails).
     #[serde(default)]
@@ -55,6 +63,8 @@ impl Policy {
             masked: Vec::new(),
             pinned: Vec::new(),
             network,
+            proxied: false,
+            rules: None,
             exit_on_exec_failure: false,
         };
         for (path, access) in map.entries() {
@@ -131,6 +141,9 @@ pub(crate) struct Settings {
     pub(crate) always: bool,
     /// Under `always`, the default policy keeps the network.
     pub(crate) network: bool,
+    /// Under `always`, the default policy reaches only these hosts, through
+    /// the proxy (`--sandbox-allow-host`); a start may narrow them.
+    pub(crate) allow_hosts: Option<Arc<Rules>>,
     /// The `exec-server` binary that applies a policy (None: this process's own).
     pub(crate) helper: Option<Arc<Path>>,
 }
@@ -167,6 +180,9 @@ pub(crate) fn check_request(
             }
             return Ok(());
         }
+    }
+    if let Some(Network::Policy(policy)) = &sandbox.network {
+        Rules::parse(policy).map_err(|e| ErrorObject::invalid_params(e.to_string()))?;
     }
     if let Some(entries) = &sandbox.access {
         if sandbox.writable_roots.is_some() || sandbox.readable_roots.is_some() {
@@ -218,7 +234,8 @@ pub(crate) fn resolve(
 ) -> Result<Option<Policy>, ErrorObject> {
     let policy = resolve_policy(sandbox, settings, roots, cwd)?;
     // Fail closed: a sandbox with network never runs on the host's network.
-    if policy.as_ref().is_some_and(|policy| policy.network) && super::network::helper().is_none() {
+    let full = policy.as_ref().is_some_and(|policy| policy.network && !policy.proxied);
+    if full && super::network::helper().is_none() {
         return Err(ErrorObject::invalid_request(format!(
             "process/start refused: {}",
             super::network::missing()
@@ -243,7 +260,9 @@ fn resolve_policy(
             read_only: Vec::new(),
             masked: Vec::new(),
             pinned: Vec::new(),
-            network: settings.network,
+            network: settings.network || settings.allow_hosts.is_some(),
+            proxied: settings.allow_hosts.is_some(),
+            rules: settings.allow_hosts.clone(),
             exit_on_exec_failure: false,
         })
     } else {
@@ -252,7 +271,8 @@ fn resolve_policy(
     let Some(asked) = restricted else { return Ok(default) };
     if asked.access.is_some() {
         let map = super::access::resolve_map(asked, roots, super::access::Globs::Scan)?;
-        let policy = Policy::from_map(&map, asked.network.unwrap_or(false));
+        let mut policy = Policy::from_map(&map, false);
+        policy.set_network(asked.network.as_ref());
         let mounts = policy.writable.len()
             + policy.read_only.len()
             + policy.masked.len()
@@ -288,21 +308,48 @@ fn resolve_policy(
             super::access::check_links(root, &writable, &what)?;
         }
     }
-    let network = asked.network.unwrap_or(false);
-    let policy = Policy {
+    let mut policy = Policy {
         writable,
         readable,
         read_only: Vec::new(),
         masked: Vec::new(),
         pinned: Vec::new(),
-        network,
+        network: false,
+        proxied: false,
+        rules: None,
         exit_on_exec_failure: false,
     };
+    policy.set_network(asked.network.as_ref());
     narrowed(policy, default)
 }
 
+impl Policy {
+    /// The network a start asked for (checked by [`check_request`]).
+    fn set_network(&mut self, asked: Option<&Network>) {
+        let policy = match asked {
+            None | Some(Network::Off) => return,
+            Some(Network::Full) => None,
+            Some(Network::Policy(policy)) => Some(policy),
+        };
+        self.network = true;
+        self.rules = policy.and_then(|policy| Rules::parse(policy).ok()).map(Arc::new);
+        self.proxied = policy.is_some();
+    }
+}
+
 /// `policy`, checked to narrow the server's default one under `--sandbox`.
-fn narrowed(policy: Policy, default: Option<Policy>) -> Result<Option<Policy>, ErrorObject> {
+fn narrowed(mut policy: Policy, default: Option<Policy>) -> Result<Option<Policy>, ErrorObject> {
+    if let Some(server) = default.as_ref().and_then(|default| default.rules.as_ref()) {
+        // The server's list holds: a start may narrow it, never widen it.
+        if policy.network && !policy.proxied {
+            return Err(ErrorObject::invalid_request(
+                "sandbox network true is not allowed: the server limits the network to the hosts of --sandbox-allow-host; give a policy instead",
+            ));
+        }
+        if let Some(start) = &policy.rules {
+            policy.rules = Some(Arc::new(server.narrowed(start)));
+        }
+    }
     let (writable, network) = (&policy.writable, policy.network);
     if let Some(default) = default {
         // Under --sandbox a restricted policy may only narrow the default one.

@@ -50,10 +50,20 @@ pub(crate) enum Failure {
     Exec(io::Error),
 }
 
-/// Reads the trampoline's report to its end: Ok once the program runs.
-pub(crate) fn read(report: &OwnedFd) -> Result<(), Failure> {
+/// The proxy's listening sockets in a sandbox whose network is a policy
+/// (see `loopback`): HTTP, then SOCKS5.
+#[derive(Debug)]
+pub(crate) struct Listeners {
+    pub(crate) http: OwnedFd,
+    pub(crate) socks: OwnedFd,
+}
+
+/// Reads the trampoline's report to its end: Ok once the program runs,
+/// with the proxy's listeners when it sent them.
+pub(crate) fn read(report: &OwnedFd) -> Result<Option<Listeners>, Failure> {
     let deadline = Instant::now() + REPORT_TIMEOUT;
     let mut text = Vec::new();
+    let mut fds = Vec::new();
     let mut buffer = [0u8; 512];
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -80,27 +90,30 @@ pub(crate) fn read(report: &OwnedFd) -> Result<(), Failure> {
             }
             _ => {}
         }
-        // SAFETY: a valid buffer of the given length.
-        let n = unsafe { libc::read(report.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len()) };
-        match n {
-            0 => break,
-            n if n > 0 => {
-                text.extend_from_slice(&buffer[..n as usize]);
-                if text.len() > REPORT_LIMIT {
+        match crate::fd::receive_with_fds(report.as_raw_fd(), &mut buffer) {
+            Ok((0, _)) => break,
+            Ok((n, received)) => {
+                text.extend_from_slice(&buffer[..n]);
+                fds.extend(received);
+                if text.len() > REPORT_LIMIT || fds.len() > 2 {
                     break;
                 }
             }
-            _ => {
-                let error = io::Error::last_os_error();
-                if !matches!(error.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock) {
-                    return Err(Failure::Setup(format!(
-                        "cannot read the sandbox helper's report: {error}"
-                    )));
-                }
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+            Err(error) => {
+                return Err(Failure::Setup(format!(
+                    "cannot read the sandbox helper's report: {error}"
+                )))
             }
         }
     }
-    parse(&text)
+    match (text.split_first(), <[OwnedFd; 2]>::try_from(fds)) {
+        (Some((&super::loopback::LISTENERS, rest)), Ok([http, socks])) => {
+            parse(rest).map(|()| Some(Listeners { http, socks }))
+        }
+        (_, Err(fds)) if fds.is_empty() => parse(&text).map(|()| None),
+        _ => Err(Failure::Setup("the sandbox helper sent a malformed report".to_owned())),
+    }
 }
 
 fn parse(text: &[u8]) -> Result<(), Failure> {

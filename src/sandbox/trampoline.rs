@@ -25,7 +25,7 @@ use super::report::{fail, LIFE_FD, REPORT_FD};
 use super::roots::Roots;
 use super::spec::Spec;
 use super::sys;
-use super::{init, landlock, network, seccomp, view};
+use super::{init, landlock, loopback, network, seccomp, view};
 
 /// The first argument of the hidden mode.
 pub(crate) const MARKER: &str = "--exec-server-sandbox-trampoline";
@@ -51,13 +51,20 @@ pub(crate) fn main(args: Vec<OsString>) -> ! {
         Err(message) => fail(&message),
     };
     // Network: a namespace of its own, its helper forked here, in the host's.
-    let egress = match (&spec.network_helper, spec.policy.network) {
+    let policy = &spec.policy;
+    let egress = match (&spec.network_helper, policy.network && !policy.proxied) {
         (_, false) => None,
         (Some(helper), true) => Some(network::prepare(helper).unwrap_or_else(|m| fail(&m))),
         (None, true) => fail(&network::missing()),
     };
-    if let Err(message) = enter_namespaces(egress.is_some()) {
+    if let Err(message) = enter_namespaces(egress.is_some() || policy.proxied) {
         fail(&message);
+    }
+    // A policy's network: only the loopback, where the server's proxy listens.
+    if policy.proxied {
+        if let Err(message) = loopback::open() {
+            fail(&message);
+        }
     }
     let attaching = egress.map(|egress| egress.attach().unwrap_or_else(|m| fail(&m)));
     let roots = match Roots::open(&spec.policy) {

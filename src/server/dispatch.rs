@@ -243,7 +243,9 @@ impl State {
                 }
             }
             Ok(Message::Response(response)) => {
-                tracing::warn!(id = %response.id, "ignoring a response sent to the server");
+                if !self.table.answer_decision(&response.id, response.result) {
+                    tracing::warn!(id = %response.id, "ignoring a response to no request of the server");
+                }
             }
         }
     }
@@ -373,7 +375,7 @@ impl State {
         }
         if method == Watch::NAME {
             return match decode::<Watch>(params) {
-                Ok(params) => self.watches.submit(&id.clone(), WatchCommand::Watch { id, params }),
+                Ok(params) => self.watches.submit(&id.clone(), WatchCommand::Watch { id, params: Box::new(params) }),
                 Err(error) => Some(error_reply(&id, error)),
             };
         }

@@ -38,6 +38,7 @@ impl Session {
             sandbox: crate::sandbox::Settings {
                 always: config.sandbox,
                 network: config.sandbox_network,
+                allow_hosts: allow_hosts(&config.sandbox_allow_hosts),
                 helper: config.sandbox_helper.as_deref().map(Arc::from),
             },
             tree: config.limits,
@@ -76,4 +77,18 @@ impl Session {
         link.outbox.extend(&mut lines);
         link
     }
+}
+
+/// The server's own allow list (`--sandbox-allow-host`); a malformed one
+/// (the binary refuses it first) allows nothing rather than everything.
+fn allow_hosts(patterns: &[String]) -> Option<Arc<crate::dial::Rules>> {
+    if patterns.is_empty() {
+        return None;
+    }
+    let policy = crate::protocol::NetworkPolicy::allow(patterns.iter().cloned());
+    let rules = crate::dial::Rules::parse(&policy).unwrap_or_else(|error| {
+        tracing::error!(%error, "the sandbox's allow list is malformed; it allows nothing");
+        crate::dial::Rules::nothing()
+    });
+    Some(Arc::new(rules))
 }

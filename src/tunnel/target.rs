@@ -80,41 +80,33 @@ fn not_loopback(shown: &str) -> ErrorObject {
     ))
 }
 
-/// `host:port` as messages show it (`[::1]:80` for an IPv6 literal).
-pub(super) fn shown(host: &str, port: u16) -> String {
-    if host.parse::<Ipv6Addr>().is_ok() {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
-}
+pub(super) use crate::dial::shown;
 
-/// Connects to `target` within [`TUNNEL_CONNECT_TIMEOUT`]: each address in
-/// turn, the last failure reported.
+/// Connects to `target` within [`TUNNEL_CONNECT_TIMEOUT`] (the lookup
+/// included): each address in turn, the last failure reported.
 pub(super) async fn connect(target: Target) -> io::Result<tokio::net::TcpStream> {
+    use crate::dial::{self, DialError, Reach};
     let attempt = async {
         let addresses = match target {
             Target::Addresses(addresses) => addresses,
-            Target::Name(name, port) => tokio::net::lookup_host((name.as_str(), port))
-                .await
-                .map_err(|e| io::Error::new(io::ErrorKind::NotFound, e.to_string()))?
-                .collect(),
+            Target::Name(name, port) => dial::resolve(&name, port, Reach::Anywhere).await?,
         };
-        let mut last = io::Error::new(io::ErrorKind::NotFound, "the name has no address");
-        for address in addresses {
-            match tokio::net::TcpStream::connect(address).await {
-                Ok(stream) => return Ok(stream),
-                Err(error) => last = error,
-            }
-        }
-        Err(last)
+        dial::connect(&addresses, TUNNEL_CONNECT_TIMEOUT).await
     };
-    match tokio::time::timeout(TUNNEL_CONNECT_TIMEOUT, attempt).await {
-        Ok(result) => result,
-        Err(_) => Err(io::Error::new(
+    let timed_out = || {
+        io::Error::new(
             io::ErrorKind::TimedOut,
             format!("no answer within {}s", TUNNEL_CONNECT_TIMEOUT.as_secs()),
-        )),
+        )
+    };
+    match tokio::time::timeout(TUNNEL_CONNECT_TIMEOUT, attempt).await {
+        Ok(Ok(stream)) => Ok(stream),
+        Ok(Err(DialError::Connect(error))) => Err(error),
+        Ok(Err(DialError::Resolve(_, error))) => {
+            Err(io::Error::new(io::ErrorKind::NotFound, error.to_string()))
+        }
+        Ok(Err(error @ DialError::ThisHost)) => Err(io::Error::other(error.to_string())),
+        Err(_) => Err(timed_out()),
     }
 }
 

@@ -40,7 +40,7 @@ pub(crate) const BATCH: usize = 1000;
 
 /// What the loop asks of the thread.
 pub(crate) enum Command {
-    Watch { id: RequestId, params: WatchParams },
+    Watch { id: RequestId, params: Box<WatchParams> },
     Unwatch { id: RequestId, params: UnwatchParams },
 }
 
@@ -143,7 +143,7 @@ impl Worker {
     fn command(&mut self, command: Command) -> bool {
         let line = match command {
             Command::Watch { id, params } => {
-                let result = self.watch(params);
+                let result = self.watch(*params);
                 encode_response(&id, &result)
             }
             Command::Unwatch { id, params } => {

@@ -4,7 +4,7 @@
 
 use std::ffi::CString;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
@@ -16,9 +16,6 @@ const MAX_FDS: usize = 8;
 /// The largest request: a policy of at most 120 KiB plus argv and environment
 /// within what an exec would take (the kernel's ARG_MAX of 2 MiB).
 const MAX_REQUEST: usize = 4 << 20;
-/// Room for the control message of `MAX_FDS` descriptors (checked against
-/// `CMSG_SPACE` where it is filled), aligned for `cmsghdr`.
-type Control = [u64; 16];
 
 /// How the child gets its stdio.
 pub(super) enum Standard {
@@ -119,42 +116,7 @@ pub(super) fn send(
         return Err(io::Error::from_raw_os_error(libc::E2BIG));
     }
     socket.set_write_timeout(Some(left(deadline)?))?;
-    let mut iov = libc::iovec { iov_base: frame.as_ptr().cast_mut().cast(), iov_len: frame.len() };
-    let mut control: Control = [0; 16];
-    // SAFETY: msghdr is plain data; every pointer set below outlives the call.
-    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
-    message.msg_iov = &mut iov;
-    message.msg_iovlen = 1;
-    if !fds.is_empty() {
-        let payload = u32::try_from(std::mem::size_of_val(fds)).unwrap_or(u32::MAX);
-        // SAFETY: CMSG_SPACE computes a size from a length.
-        let space = unsafe { libc::CMSG_SPACE(payload) } as usize;
-        if space > std::mem::size_of::<Control>() {
-            return Err(io::Error::from_raw_os_error(libc::E2BIG));
-        }
-        message.msg_control = control.as_mut_ptr().cast();
-        message.msg_controllen = space;
-        // SAFETY: the control buffer holds `space` bytes (checked above) and
-        // is aligned for cmsghdr; the first header is within it.
-        unsafe {
-            let header = libc::CMSG_FIRSTHDR(&message);
-            (*header).cmsg_level = libc::SOL_SOCKET;
-            (*header).cmsg_type = libc::SCM_RIGHTS;
-            (*header).cmsg_len = libc::CMSG_LEN(payload) as usize;
-            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(header).cast(), fds.len());
-        }
-    }
-    let mut sent = loop {
-        // SAFETY: a valid message over live buffers.
-        let sent = unsafe { libc::sendmsg(socket.as_raw_fd(), &message, libc::MSG_NOSIGNAL) };
-        if let Ok(sent) = usize::try_from(sent) {
-            break sent;
-        }
-        let error = io::Error::last_os_error();
-        if error.kind() != io::ErrorKind::Interrupted {
-            return Err(error);
-        }
-    };
+    let mut sent = crate::fd::send_with_fds(socket.as_raw_fd(), frame, fds)?;
     while sent < frame.len() {
         socket.set_write_timeout(Some(left(deadline)?))?;
         match socket.write(&frame[sent..]) {
@@ -179,32 +141,9 @@ fn left(deadline: Instant) -> io::Result<Duration> {
 /// The next request; None at end of file.
 pub(super) fn receive(socket: &mut UnixStream) -> io::Result<Option<Request>> {
     let mut length = [0u8; 4];
-    let mut control: Control = [0; 16];
-    let mut iov = libc::iovec { iov_base: length.as_mut_ptr().cast(), iov_len: length.len() };
-    // SAFETY: msghdr is plain data; the pointers set below outlive the call.
-    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
-    message.msg_iov = &mut iov;
-    message.msg_iovlen = 1;
-    message.msg_control = control.as_mut_ptr().cast();
-    message.msg_controllen = std::mem::size_of::<Control>();
-    let got = loop {
-        // SAFETY: a valid message over live buffers; received descriptors are close-on-exec.
-        let got =
-            unsafe { libc::recvmsg(socket.as_raw_fd(), &mut message, libc::MSG_CMSG_CLOEXEC) };
-        if let Ok(got) = usize::try_from(got) {
-            break got;
-        }
-        let error = io::Error::last_os_error();
-        if error.kind() != io::ErrorKind::Interrupted {
-            return Err(error);
-        }
-    };
+    let (got, fds) = crate::fd::receive_with_fds(socket.as_raw_fd(), &mut length)?;
     if got == 0 {
         return Ok(None);
-    }
-    let fds = received_fds(&message);
-    if message.msg_flags & libc::MSG_CTRUNC != 0 {
-        return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
     }
     socket.read_exact(&mut length[got..])?;
     let length = u32::from_le_bytes(length) as usize;
@@ -217,25 +156,6 @@ pub(super) fn receive(socket: &mut UnixStream) -> io::Result<Option<Request>> {
     body.fill(0);
     std::hint::black_box(&body);
     request.ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL)).map(Some)
-}
-
-fn received_fds(message: &libc::msghdr) -> Vec<OwnedFd> {
-    let mut fds = Vec::new();
-    // SAFETY: walks the control messages recvmsg filled in, within msg_controllen.
-    unsafe {
-        let mut header = libc::CMSG_FIRSTHDR(message);
-        while !header.is_null() {
-            if (*header).cmsg_level == libc::SOL_SOCKET && (*header).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(header).cast::<RawFd>();
-                let bytes = (*header).cmsg_len - libc::CMSG_LEN(0) as usize;
-                for i in 0..bytes / std::mem::size_of::<RawFd>() {
-                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
-                }
-            }
-            header = libc::CMSG_NXTHDR(message, header);
-        }
-    }
-    fds
 }
 
 fn decode(body: &[u8], fds: Vec<OwnedFd>) -> Option<Request> {

@@ -46,6 +46,7 @@ impl State {
         }
         tracing::info!(client = %params.client_name, "initialize");
         self.resumable = params.resumable;
+        self.table.take_network_decisions(params.network_decisions);
         if let Some(resume) = params.resume_session_id {
             let claimed = match &self.sessions {
                 Some(sessions) => sessions.claim(&resume, params.takeover),

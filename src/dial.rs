@@ -1,0 +1,126 @@
+//! Where the server's own connections may go, decided in one place: a
+//! name is resolved with the server's resolver (`/etc/hosts` honoured), each
+//! address is checked when it is dialled, and the connect goes to exactly
+//! the address checked. Tunnels (`--tunnels`), `http/request` and the
+//! sandbox's proxy (`proxy`) all dial here; the proxy also keeps off this
+//! host ([`Reach::OffHost`]) and applies a network policy ([`Rules`]).
+
+mod guard;
+mod rules;
+
+pub(crate) use self::rules::{Rules, Verdict};
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+
+/// Which addresses a dial may reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// Any address the name resolves to (tunnels and `http/request` check
+    /// their own policies first).
+    Anywhere,
+    /// None of this host's (see `guard`): a sandbox's proxy.
+    OffHost,
+}
+
+/// Why a dial did not connect.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DialError {
+    /// The name or an address is this host's, under [`Reach::OffHost`].
+    #[error("resolves to this host")]
+    ThisHost,
+    /// The name could not be resolved.
+    #[error("cannot resolve {0}: {1}")]
+    Resolve(String, io::Error),
+    /// Every address refused or failed; the last failure.
+    #[error("{0}")]
+    Connect(io::Error),
+}
+
+impl DialError {
+    /// The OS error under it, for a caller that names error kinds.
+    pub(crate) fn io(&self) -> Option<&io::Error> {
+        match self {
+            DialError::ThisHost => None,
+            DialError::Resolve(_, error) | DialError::Connect(error) => Some(error),
+        }
+    }
+}
+
+/// The addresses of `host` (a name, or an IP literal with or without
+/// brackets) at `port`, checked against `reach`: on a blocking thread (the
+/// resolver and the host's address list block).
+pub(crate) async fn resolve(
+    host: &str,
+    port: u16,
+    reach: Reach,
+) -> Result<Vec<SocketAddr>, DialError> {
+    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host).to_owned();
+    let work = move || -> Result<Vec<SocketAddr>, DialError> {
+        let addresses: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
+            Ok(ip) => vec![SocketAddr::new(ip, port)],
+            // `localhost` and its subdomains are loopback (RFC 6761): never looked up.
+            Err(_) if is_localhost(&bare) => vec![
+                SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port),
+                SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), port),
+            ],
+            Err(_) => (bare.as_str(), port)
+                .to_socket_addrs()
+                .map_err(|e| DialError::Resolve(bare.clone(), e))?
+                .collect(),
+        };
+        if reach == Reach::OffHost {
+            // An unknown list refuses everything: the check fails closed.
+            let host = guard::ThisHost::now().map_err(|_| DialError::ThisHost)?;
+            if addresses.iter().any(|a| host.holds(a.ip())) {
+                return Err(DialError::ThisHost);
+            }
+        }
+        Ok(addresses)
+    };
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|e| Err(DialError::Connect(io::Error::other(e.to_string()))))
+}
+
+/// Connects to each of `addresses` in turn within `timeout`; the last failure.
+pub(crate) async fn connect(
+    addresses: &[SocketAddr],
+    timeout: Duration,
+) -> Result<TcpStream, DialError> {
+    let attempt = async {
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "the name has no address");
+        for address in addresses {
+            match TcpStream::connect(address).await {
+                Ok(stream) => return Ok(stream),
+                Err(error) => last = error,
+            }
+        }
+        Err(DialError::Connect(last))
+    };
+    match tokio::time::timeout(timeout, attempt).await {
+        Ok(result) => result,
+        Err(_) => Err(DialError::Connect(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("no answer within {}s", timeout.as_secs()),
+        ))),
+    }
+}
+
+/// `localhost` or a subdomain of it, any case, a final dot ignored.
+pub(crate) fn is_localhost(name: &str) -> bool {
+    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+    name == "localhost" || name.ends_with(".localhost")
+}
+
+/// `host:port` as messages show it (`[::1]:80` for an IPv6 literal).
+pub(crate) fn shown(host: &str, port: u16) -> String {
+    if host.parse::<Ipv6Addr>().is_ok() {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}

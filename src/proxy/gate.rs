@@ -1,0 +1,147 @@
+//! Whether a proxied connection may go, and the dial when it may: the
+//! policy's verdict, the client's decision for a host no rule names (kept
+//! for the process's life), a slot of [`MAX_CONNECTIONS`], room for its
+//! buffers, and a connect off this host. Every outcome is reported.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::{Report, Reporter};
+use crate::account::Account;
+use crate::dial::{self, DialError, Reach, Rules, Verdict};
+use crate::hold::Held;
+
+/// Proxied connections of one process at once.
+pub(crate) const MAX_CONNECTIONS: usize = 256;
+/// Decisions a client gave that one process remembers; beyond, it asks again.
+const MAX_REMEMBERED: usize = 4096;
+/// How long the connect may take, the lookup included.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// What one spliced connection holds: a buffer each way.
+pub(super) const HELD_BYTES: usize = 2 * super::splice::BUFFER;
+
+/// One process's gate.
+pub(super) struct Gate {
+    rules: Arc<Rules>,
+    reporter: Reporter,
+    slots: Arc<Semaphore>,
+    room: Arc<Semaphore>,
+    account: Arc<Account>,
+    /// What the client decided, by lowercase host and port.
+    decided: Mutex<HashMap<(String, u16), bool>>,
+}
+
+/// A connection that may go: the upstream stream, its slot and its bytes.
+pub(super) struct Admitted {
+    pub(super) upstream: TcpStream,
+    pub(super) _slot: OwnedSemaphorePermit,
+    pub(super) held: Held,
+}
+
+/// Why a connection did not go.
+#[derive(Debug)]
+pub(super) enum Refused {
+    /// The policy, the client, a bound or this host's address: said as is.
+    Policy(String),
+    /// Allowed, but the dial failed.
+    Dial(DialError),
+}
+
+impl Gate {
+    pub(super) fn new(
+        rules: Arc<Rules>,
+        reporter: Reporter,
+        room: Arc<Semaphore>,
+        account: Arc<Account>,
+    ) -> Gate {
+        Gate {
+            rules,
+            reporter,
+            slots: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
+            room,
+            account,
+            decided: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Decides, then dials, `host:port`; reported either way.
+    pub(super) async fn admit(&self, host: &str, port: u16) -> Result<Admitted, Refused> {
+        let outcome = self.decide_and_dial(host, port).await;
+        let (allowed, reason) = match &outcome {
+            Ok((_, reason)) => (true, reason.clone()),
+            Err(Refused::Policy(reason)) => (false, reason.clone()),
+            Err(Refused::Dial(error)) => (false, format!("cannot connect: {error}")),
+        };
+        let report = Report::Connection { host: host.to_owned(), port, allowed, reason };
+        (self.reporter)(report).await;
+        outcome.map(|(admitted, _)| admitted)
+    }
+
+    async fn decide_and_dial(&self, host: &str, port: u16) -> Result<(Admitted, String), Refused> {
+        let slot = self.slots.clone().try_acquire_owned().map_err(|_| {
+            Refused::Policy(format!(
+                "at most {MAX_CONNECTIONS} proxied connections of one process at once"
+            ))
+        })?;
+        let reason = match self.rules.decide(host, port) {
+            Verdict::Allowed(reason) => reason,
+            Verdict::Refused(reason) => return Err(Refused::Policy(reason)),
+            Verdict::Ask => self.ask(host, port).await.map_err(Refused::Policy)?,
+        };
+        let held = Held::try_take(&[&self.room], &self.account, HELD_BYTES).ok_or_else(|| {
+            Refused::Policy(
+                "the server holds all the buffered bytes it may (--max-retained-bytes)".to_owned(),
+            )
+        })?;
+        let addresses = match dial::resolve(host, port, Reach::OffHost).await {
+            Ok(addresses) => addresses,
+            Err(DialError::ThisHost) => {
+                return Err(Refused::Policy(DialError::ThisHost.to_string()))
+            }
+            Err(error) => return Err(Refused::Dial(error)),
+        };
+        let upstream = dial::connect(&addresses, CONNECT_TIMEOUT).await.map_err(Refused::Dial)?;
+        let _ = upstream.set_nodelay(true);
+        Ok((Admitted { upstream, _slot: slot, held }, reason))
+    }
+
+    /// The client's decision on a host no rule names: remembered once
+    /// given; no answer in time denies, and is not remembered.
+    async fn ask(&self, host: &str, port: u16) -> Result<String, String> {
+        let key = (host.trim_end_matches('.').to_ascii_lowercase(), port);
+        let remembered = self.decided.lock().map(|d| d.get(&key).copied()).unwrap_or(None);
+        let allow = match remembered {
+            Some(allow) => allow,
+            None => {
+                let (answer, answered) = tokio::sync::oneshot::channel();
+                (self.reporter)(Report::Decide { host: host.to_owned(), port, answer }).await;
+                let wait = Duration::from_millis(self.rules.ask_timeout_ms);
+                match tokio::time::timeout(wait, answered).await {
+                    Ok(Ok(allow)) => {
+                        if let Ok(mut decided) = self.decided.lock() {
+                            if decided.len() < MAX_REMEMBERED {
+                                decided.insert(key, allow);
+                            }
+                        }
+                        allow
+                    }
+                    Ok(Err(_)) => return Err("the client gave no decision".to_owned()),
+                    Err(_) => {
+                        return Err(format!(
+                            "no decision from the client within {} ms",
+                            self.rules.ask_timeout_ms
+                        ))
+                    }
+                }
+            }
+        };
+        match allow {
+            true => Ok("allowed by the client".to_owned()),
+            false => Err("denied by the client".to_owned()),
+        }
+    }
+}
