@@ -83,6 +83,9 @@ struct Cli {
     /// With --sandbox: processes keep the host's network.
     #[arg(long, requires = "sandbox")]
     sandbox_network: bool,
+    /// With --sandbox: processes reach only hosts matching PATTERN (repeatable), through the server's proxy (host, *.domain, IP literal, optional :PORT).
+    #[arg(long, value_name = "PATTERN", requires = "sandbox", conflicts_with = "sandbox_network", value_parser = host_pattern)]
+    sandbox_allow_host: Vec<String>,
     /// Which addresses tunnel/open may reach: none, loopback (127.0.0.0/8, ::1, localhost) or any.
     #[arg(long, value_enum, default_value_t = TunnelsMode::Loopback)]
     tunnels: TunnelsMode,
@@ -95,6 +98,9 @@ struct Cli {
     /// MCP: commands keep the host's network inside their sandbox.
     #[arg(long)]
     mcp_network: bool,
+    /// MCP: commands reach only hosts matching PATTERN (repeatable), through the server's proxy.
+    #[arg(long, value_name = "PATTERN", conflicts_with_all = ["mcp_network", "mcp_unsandboxed"], value_parser = host_pattern)]
+    mcp_allow_host: Vec<String>,
     /// MCP: run commands without a sandbox (they can then write anywhere the user can).
     #[arg(long)]
     mcp_unsandboxed: bool,
@@ -198,6 +204,7 @@ pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> E
         roots: cli.roots,
         sandbox: cli.sandbox,
         sandbox_network: cli.sandbox_network,
+        sandbox_allow_hosts: cli.sandbox_allow_host,
         on_eof: match cli.on_eof {
             EofMode::Kill => OnEof::Kill,
             EofMode::Wait => OnEof::Wait,
@@ -286,6 +293,7 @@ pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> E
                     confinement: crate::mcp::Confinement {
                         sandbox: !cli.mcp_unsandboxed,
                         network: cli.mcp_network,
+                        allow_hosts: cli.mcp_allow_host,
                     },
                 };
                 let result =
@@ -319,6 +327,12 @@ pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> E
 
 /// A `--prepend-path` directory: absolute, an existing directory, UTF-8 and
 /// without `:` (the separator of `PATH`).
+/// A host pattern of a network policy, checked.
+fn host_pattern(text: &str) -> Result<String, String> {
+    let policy = crate::protocol::NetworkPolicy::allow([text]);
+    crate::dial::Rules::parse(&policy).map(|_| text.to_owned()).map_err(|e| e.to_string())
+}
+
 fn prepend_dir(text: &str) -> Result<PathBuf, String> {
     let path = PathBuf::from(text);
     if !path.is_absolute() {

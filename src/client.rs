@@ -4,6 +4,7 @@
 //! [`Process`] handles and [`EventStream`]s; one writer task owns the output.
 //! When the transport closes, every pending call fails with [`Error::Closed`].
 
+mod decide;
 mod events;
 mod fast_line;
 mod forward;
@@ -23,6 +24,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
+pub use self::decide::NetworkDecider;
 pub use self::events::{Event, EventStream};
 pub use self::events::{ExitStatus, OutputChunk};
 pub use self::forward::Forward;
@@ -59,6 +61,10 @@ pub struct ClientOptions {
     /// [`Dialect::Today`] to drive a server that speaks only today's
     /// upstream dialect (paths as file URIs; no `protocolVersion` needed).
     pub dialect: Dialect,
+    /// Answers `network/decide`: sandboxes whose network policy has `ask`
+    /// put hosts no rule names to it (the client then says
+    /// `networkDecisions: true` in `initialize`).
+    pub network_decider: Option<NetworkDecider>,
 }
 
 impl Default for ClientOptions {
@@ -69,6 +75,7 @@ impl Default for ClientOptions {
             bearer_token: None,
             resume_within: resume::DEFAULT_RESUME_WITHIN,
             dialect: Dialect::V0,
+            network_decider: None,
         }
     }
 }
@@ -262,7 +269,11 @@ impl Client {
         shared.set_dialect(options.dialect);
         let (outgoing, writer) = transport::spawn_writer(writer);
         let reader = tokio::spawn(read_loop(reader, shared.clone()));
-        let params = InitializeParams::new(options.client_name);
+        let mut params = InitializeParams::new(options.client_name);
+        if let Some(decider) = options.network_decider {
+            shared.set_decider(decider, outgoing.clone());
+            params = params.network_decisions();
+        }
         let deadline = options.handshake_timeout;
         let info = match tokio::time::timeout(deadline, handshake(&shared, &outgoing, params)).await
         {

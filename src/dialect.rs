@@ -19,6 +19,8 @@ pub(crate) mod inbound;
 #[cfg(feature = "server")]
 mod info;
 #[cfg(feature = "server")]
+mod network_proxy;
+#[cfg(feature = "server")]
 pub(crate) mod outbound;
 pub(crate) mod requests;
 #[cfg(feature = "server")]

@@ -102,8 +102,8 @@ mod tunnel;
 mod watch;
 
 pub use crate::client::{
-    Client, ClientOptions, Event, EventStream, ExitStatus, Forward, OutputChunk, PortWatch,
-    Process, Tunnel, Watch, CONNECTION_TOKEN_ENV,
+    Client, ClientOptions, Event, EventStream, ExitStatus, Forward, NetworkDecider, OutputChunk,
+    PortWatch, Process, Tunnel, Watch, CONNECTION_TOKEN_ENV,
 };
 pub use crate::dialect::Dialect;
 pub use crate::error::Error;

@@ -74,10 +74,14 @@ pub(super) async fn connect(
 ) -> Result<(Arc<Shared>, mpsc::Sender<String>, InitializeResult, JoinHandle<()>), Error> {
     let shared = Arc::new(Shared::default());
     shared.set_dialect(options.dialect);
-    let params = InitializeParams::new(options.client_name.clone()).resumable();
+    let mut params = InitializeParams::new(options.client_name.clone()).resumable();
+    let (outgoing, queue) = mpsc::channel(4);
+    if let Some(decider) = options.network_decider {
+        shared.set_decider(decider, outgoing.clone());
+        params = params.network_decisions();
+    }
     let (connection, info) = open(&connector, &shared, params).await?;
     shared.set_sends_closed(sends_closed(&info));
-    let (outgoing, queue) = mpsc::channel(4);
     let supervisor = Supervisor {
         shared: shared.clone(),
         queue,

@@ -112,6 +112,8 @@ pub(crate) struct Shared {
     lost: Mutex<Option<String>>,
     /// The client asked to end its session: the connection's end is not a loss to resume from.
     ending: AtomicBool,
+    /// Who answers `network/decide`, when the client takes decisions.
+    decider: Mutex<Option<super::decide::Answering>>,
 }
 
 impl Default for Shared {
@@ -133,6 +135,7 @@ impl Default for Shared {
             next_write: AtomicU64::new(1),
             lost: Mutex::new(None),
             ending: AtomicBool::new(false),
+            decider: Mutex::new(None),
             dialect: Mutex::default(),
         }
     }
@@ -374,10 +377,27 @@ impl Shared {
                     }
                 }
             }
+            Message::Request(request) if request.method == NetworkDecide::NAME => {
+                match lock(&self.decider).as_ref() {
+                    Some(answering) => answering.answer(request),
+                    None => {
+                        tracing::warn!("ignoring network/decide: this client takes no decisions")
+                    }
+                }
+            }
             Message::Request(request) => {
                 tracing::warn!(method = %request.method, "ignoring a request from the server");
             }
         }
+    }
+
+    /// Answers `network/decide` with `decider`, sending on `outgoing`.
+    pub(crate) fn set_decider(
+        &self,
+        decider: super::NetworkDecider,
+        outgoing: mpsc::Sender<String>,
+    ) {
+        *lock(&self.decider) = Some(super::decide::Answering { decider, outgoing });
     }
 
     /// Marks the connection closed: pending calls fail, handles see the end.
@@ -394,6 +414,7 @@ impl Shared {
         lock(&self.tunnels).clear();
         lock(&self.ports).take();
         lock(&self.events).take();
+        lock(&self.decider).take();
         self.closed.send_replace(true);
     }
 

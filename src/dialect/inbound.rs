@@ -11,17 +11,14 @@ use serde_json::{Map, Value};
 use super::contexts::{self, Confinement};
 use super::uri::PATH_KEYS;
 use super::{env, uri, Dialect, Numbering};
-use crate::protocol::{Base64, ErrorObject, Sandbox};
+use crate::protocol::{Base64, ErrorObject, NetworkPolicy, Sandbox};
 
 /// fs methods that change the file system (confined by a managed sandbox context).
 const FS_WRITES: [&str; 5] =
     ["fs/writeFile", "fs/createDirectory", "fs/remove", "fs/copy", "fs/rename"];
 /// process/start fields of today's client that have no equivalent here.
-const UNSUPPORTED: [(&str, &str); 3] = [
-    ("shellSnapshot", "no shell state is cached here; start the shell itself"),
-    ("managedNetwork", "managed network proxies are not supported"),
-    ("networkProxy", "managed network proxies are not supported"),
-];
+const UNSUPPORTED: [(&str, &str); 1] =
+    [("shellSnapshot", "no shell state is cached here; start the shell itself")];
 
 /// A request made ready for the core.
 #[derive(Debug)]
@@ -161,13 +158,9 @@ fn start_fields(object: &mut Map<String, Value>, dialect: &mut Dialect) -> Resul
         }
         object.remove(field);
     }
-    match object.remove("enforceManagedNetwork") {
-        None | Some(Value::Null) | Some(Value::Bool(false)) => {}
-        Some(_) => {
-            return Err(ErrorObject::invalid_params(
-                "invalid params for process/start: enforceManagedNetwork is not supported by exec-server: managed network proxies are not supported",
-            ))
-        }
+    let network = super::network_proxy::policy(object)?;
+    if network.is_some() {
+        *dialect = Dialect::Today;
     }
     // Exported to the process (CODEX_THREAD_ID, CODEX_TOOL_CALL_ID).
     if object.get("metadata").is_some_and(|m| !m.is_null()) {
@@ -206,7 +199,34 @@ fn start_fields(object: &mut Map<String, Value>, dialect: &mut Dialect) -> Resul
             None => object.remove("sandbox"),
         };
     }
+    if let Some(network) = network {
+        with_network(object, network)?;
+    }
     Ok(())
+}
+
+/// The start's sandbox, its network made `policy`: a start without one
+/// gets every file writable and only the policy's hosts (the hosts are
+/// enforced, so there must be a sandbox to enforce them in).
+fn with_network(object: &mut Map<String, Value>, policy: NetworkPolicy) -> Result<(), ErrorObject> {
+    let policy = serde_json::to_value(policy).unwrap_or_default();
+    let unconfined = match object.get("sandbox") {
+        None | Some(Value::Null) => true,
+        Some(sandbox) => sandbox.get("mode").and_then(Value::as_str) == Some("none"),
+    };
+    if unconfined {
+        let open = Confinement::NetworkOnly.sandbox();
+        object.insert("sandbox".into(), serde_json::to_value(open).unwrap_or_default());
+    }
+    match object.get_mut("sandbox").and_then(Value::as_object_mut) {
+        Some(sandbox) if sandbox.get("mode").and_then(Value::as_str) == Some("restricted") => {
+            sandbox.insert("network".into(), policy);
+            Ok(())
+        }
+        _ => Err(ErrorObject::invalid_params(
+            "invalid params for process/start: networkProxy needs a restricted sandbox or none; the server's own (hostDefault) cannot take its hosts",
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -250,6 +270,13 @@ mod tests {
             translate("process/start", json!({"shellSnapshot": {"scopeId": "s"}})).unwrap_err();
         assert_eq!(error.message, "invalid params for process/start: shellSnapshot is not supported by exec-server: no shell state is cached here; start the shell itself");
         assert!(translate("process/start", json!({"enforceManagedNetwork": true})).is_err());
+        let proxied = json!({"argv": ["true"], "sandbox": null, "networkProxy": {"proxy": {"enabled": true, "domains": {"pypi.org": "allow"}}}});
+        let inbound = translate("process/start", proxied).unwrap();
+        assert_eq!(
+            inbound.params["sandbox"]["network"],
+            json!({"allow": ["pypi.org"], "deny": []})
+        );
+        assert_eq!(inbound.params["sandbox"]["access"], json!([{"path": "/", "access": "write"}]));
         let disabled =
             translate("process/start", json!({"sandbox": {"permissions": {"type": "disabled"}}}))
                 .unwrap();

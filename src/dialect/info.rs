@@ -30,7 +30,7 @@ pub(crate) fn environment_info(prepend_path: &[PathBuf]) -> Value {
         "platformOs": std::env::consts::OS,
         "prependPathDirs": prepend_path.iter().map(|dir| uri::from_path(dir)).collect::<Vec<_>>(),
         "capabilities": {
-            "networkProxyLaunch": false,
+            "networkProxyLaunch": true,
             "capabilityDiscoverySandbox": false,
             "capabilityDiscoveryV2": false,
             "environmentConfigRead": false,

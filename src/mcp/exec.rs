@@ -40,12 +40,14 @@ pub(crate) const MAX_SESSIONS: usize = 64;
 const KILL_WAIT: Duration = Duration::from_secs(2);
 
 /// How commands are confined.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Confinement {
     /// Sandboxed with the roots writable (false only with `--mcp-unsandboxed`).
     pub(crate) sandbox: bool,
     /// The sandbox keeps the host's network.
     pub(crate) network: bool,
+    /// The sandbox reaches only these hosts, through the proxy (`--mcp-allow-host`).
+    pub(crate) allow_hosts: Vec<String>,
 }
 
 /// What `exec_command` asks for.
@@ -227,9 +229,14 @@ impl Exec {
         params.env = std::env::vars().collect();
         params = if command.tty { params.with_tty(24, 80) } else { params.with_stdin() };
         if self.confinement.sandbox {
-            params = params.sandbox(
-                Sandbox::restricted(roots.iter().cloned()).network(self.confinement.network),
-            );
+            let sandbox = Sandbox::restricted(roots.iter().cloned());
+            let sandbox = match self.confinement.allow_hosts.is_empty() {
+                true => sandbox.network(self.confinement.network),
+                false => sandbox.network_policy(crate::protocol::NetworkPolicy::allow(
+                    self.confinement.allow_hosts.iter().cloned(),
+                )),
+            };
+            params = params.sandbox(sandbox);
         }
         let process = self
             .client

@@ -375,7 +375,9 @@ impl State {
         }
         if method == Watch::NAME {
             return match decode::<Watch>(params) {
-                Ok(params) => self.watches.submit(&id.clone(), WatchCommand::Watch { id, params: Box::new(params) }),
+                Ok(params) => self
+                    .watches
+                    .submit(&id.clone(), WatchCommand::Watch { id, params: Box::new(params) }),
                 Err(error) => Some(error_reply(&id, error)),
             };
         }

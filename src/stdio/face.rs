@@ -13,7 +13,7 @@ use crate::server::Config;
 const SNIFF_LIMIT: usize = 64 * 1024;
 
 /// How the MCP face is chosen and confines commands.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Face {
     /// `--mcp`: MCP whatever the first message.
     pub(crate) forced: bool,
