@@ -35,7 +35,8 @@ async fn handshake_exposes_capabilities() {
             "tunnel/data",
             "tunnel/closed",
             "ports/changed",
-            "http/request/bodyDelta"
+            "http/request/bodyDelta",
+            "network/connection"
         ]
     );
     let info = client.server_info().server_info.clone().unwrap();

@@ -33,11 +33,13 @@ async fn handshake_reports_version_server_info_and_capabilities() {
                 ],
                 "notifications": [
                     "process/output", "process/exited", "process/closed", "fs/changed",
-                    "tunnel/data", "tunnel/closed", "ports/changed", "http/request/bodyDelta"
+                    "tunnel/data", "tunnel/closed", "ports/changed", "http/request/bodyDelta",
+                    "network/connection"
                 ],
                 "features": [
                     "fs/pathBase64", "fs/followSymlinks", "fs/atomicWrite",
-                    "fs/regularFilesOnly", "fs/confinedTrees", "process/sandbox"
+                    "fs/regularFilesOnly", "fs/confinedTrees", "process/sandbox",
+                    "process/sandboxNetworkPolicy"
                 ]
             }
         })

@@ -63,7 +63,7 @@ async fn capabilities_claim_only_what_is_served() {
     assert_eq!(
         info["capabilities"],
         json!({
-            "networkProxyLaunch": false,
+            "networkProxyLaunch": true,
             "capabilityDiscoverySandbox": false,
             "capabilityDiscoveryV2": false,
             "environmentConfigRead": false,
