@@ -15,6 +15,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+
+/// Lookups under way at once in the whole server: each takes a blocking
+/// thread, and the blocking pool is shared with fs calls.
+const MAX_LOOKUPS: usize = 32;
+static LOOKUPS: Semaphore = Semaphore::const_new(MAX_LOOKUPS);
 
 /// Which addresses a dial may reach.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,9 +87,29 @@ pub(crate) async fn resolve(
         }
         Ok(addresses)
     };
+    let _turn = LOOKUPS.acquire().await.map_err(|e| DialError::Connect(io::Error::other(e)))?;
     tokio::task::spawn_blocking(work)
         .await
         .unwrap_or_else(|e| Err(DialError::Connect(io::Error::other(e.to_string()))))
+}
+
+/// [`resolve`] then [`connect`], both within `timeout`.
+pub(crate) async fn dial(
+    host: &str,
+    port: u16,
+    reach: Reach,
+    timeout: Duration,
+) -> Result<TcpStream, DialError> {
+    let attempt = async {
+        let addresses = resolve(host, port, reach).await?;
+        connect(&addresses, timeout).await
+    };
+    tokio::time::timeout(timeout, attempt).await.unwrap_or_else(|_| {
+        Err(DialError::Connect(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("no answer within {}s", timeout.as_secs()),
+        )))
+    })
 }
 
 /// Connects to each of `addresses` in turn within `timeout`; the last failure.

@@ -44,10 +44,7 @@ pub(super) async fn exchange(
         Some(Host::Ipv6(ip)) => ip.to_string(),
         None => return Err(format!("{url} has no host")),
     };
-    let dialled = async {
-        let addresses = crate::dial::resolve(&host, port, crate::dial::Reach::Anywhere).await?;
-        crate::dial::connect(&addresses, CONNECT_TIMEOUT).await
-    };
+    let dialled = crate::dial::dial(&host, port, crate::dial::Reach::Anywhere, CONNECT_TIMEOUT);
     let stream =
         dialled.await.map_err(|e| format!("cannot connect to {}: {}", authority(url), shown(e)))?;
     let _ = stream.set_nodelay(true);

@@ -68,6 +68,12 @@ impl Gate {
         }
     }
 
+    /// Room for `bytes` of a request being read, now or never (the
+    /// connection is then closed unread).
+    pub(super) fn hold(&self, bytes: usize) -> Option<Held> {
+        Held::try_take(&[&self.room], &self.account, bytes)
+    }
+
     /// Decides, then dials, `host:port`; reported either way.
     pub(super) async fn admit(&self, host: &str, port: u16) -> Result<Admitted, Refused> {
         let outcome = self.decide_and_dial(host, port).await;
@@ -97,14 +103,13 @@ impl Gate {
                 "the server holds all the buffered bytes it may (--max-retained-bytes)".to_owned(),
             )
         })?;
-        let addresses = match dial::resolve(host, port, Reach::OffHost).await {
-            Ok(addresses) => addresses,
+        let upstream = match dial::dial(host, port, Reach::OffHost, CONNECT_TIMEOUT).await {
+            Ok(upstream) => upstream,
             Err(DialError::ThisHost) => {
                 return Err(Refused::Policy(DialError::ThisHost.to_string()))
             }
             Err(error) => return Err(Refused::Dial(error)),
         };
-        let upstream = dial::connect(&addresses, CONNECT_TIMEOUT).await.map_err(Refused::Dial)?;
         let _ = upstream.set_nodelay(true);
         Ok((Admitted { upstream, _slot: slot, held }, reason))
     }

@@ -13,6 +13,8 @@ use super::gate::{Gate, Refused};
 
 /// The longest request head taken.
 const MAX_HEAD: usize = 64 * 1024;
+/// One read of the head.
+const CHUNK: usize = 4096;
 /// How long the head may take to arrive.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -26,7 +28,9 @@ enum Asked {
 }
 
 pub(super) async fn serve(mut stream: TcpStream, gate: &Gate) {
-    let mut buffer = Vec::with_capacity(4096);
+    // The head's buffer is held in the server's room while it is read.
+    let Some(_held) = gate.hold(MAX_HEAD + CHUNK) else { return };
+    let mut buffer = Vec::with_capacity(CHUNK);
     let head_end =
         match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut stream, &mut buffer)).await {
             Ok(Ok(Some(end))) => end,
@@ -72,7 +76,7 @@ pub(super) async fn serve(mut stream: TcpStream, gate: &Gate) {
 /// Reads until the blank line that ends the head: its end, or `None` when
 /// it is longer than [`MAX_HEAD`]. Bytes past it stay in `buffer`.
 async fn read_head(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> std::io::Result<Option<usize>> {
-    let mut chunk = [0u8; 4096];
+    let mut chunk = [0u8; CHUNK];
     loop {
         if let Some(at) = memchr::memmem::find(buffer, b"\r\n\r\n") {
             return Ok(Some(at + 4));
