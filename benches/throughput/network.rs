@@ -1,13 +1,15 @@
-//! Rows for sandboxes with network: a start with its namespace and slirp4netns
-//! against a sandboxed start without network, and (as root) a download from an
-//! outside host (a network namespace behind a veth pair, made here) inside
-//! the sandbox against the same download on the host.
+//! Rows for sandboxes with network: a start with a policy (a namespace with
+//! only its loopback, and the server's proxy) and one with `network: true`
+//! (its namespace and slirp4netns), each against a sandboxed start without
+//! network, and (as root) a download from an outside host (a network
+//! namespace behind a veth pair, made here) inside the sandbox, through the
+//! proxy and through slirp4netns, against the same download on the host.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use exec_server::{Client, Sandbox, StartParams};
+use exec_server::{Client, NetworkPolicy, Sandbox, StartParams};
 
 use super::{median, micros, Row};
 
@@ -31,11 +33,8 @@ pub(super) async fn rows(client: &Client, rows: &mut Vec<Row>) {
     std::fs::create_dir_all(&scratch).unwrap();
     let plain = Sandbox::restricted([scratch.clone()]);
     let networked = Sandbox::restricted([scratch.clone()]).network(true);
-    let probe = StartParams::new("net-probe", ["true"], "/").sandbox(networked.clone());
-    if let Err(error) = client.start(probe).await {
-        println!("(networked sandbox rows left out: {error})");
-        return;
-    }
+    let proxied =
+        Sandbox::restricted([scratch.clone()]).network_policy(NetworkPolicy::allow(["10.78.0.2"]));
     let mut n = 0;
     let without = median(|| {
         n += 1;
@@ -43,20 +42,47 @@ pub(super) async fn rows(client: &Client, rows: &mut Vec<Row>) {
         async move { starts(&client, &prefix, &sandbox).await }
     })
     .await;
-    let with = median(|| {
+    let with_policy = median(|| {
         n += 1;
-        let (client, sandbox, prefix) = (client.clone(), networked.clone(), format!("net-{n}"));
+        let (client, sandbox, prefix) = (client.clone(), proxied.clone(), format!("policy-{n}"));
         async move { starts(&client, &prefix, &sandbox).await }
     })
     .await;
     rows.push(Row {
-        what: "sandboxed start with network -> exited (us each)",
-        server: micros(with, STARTS),
+        what: "sandboxed start with a network policy -> exited (us each)",
+        server: micros(with_policy, STARTS),
         baseline: micros(without, STARTS),
         baseline_what: "sandboxed without network",
         unit: "us",
         higher_is_better: false,
     });
+    let probe = StartParams::new("net-probe", ["true"], "/").sandbox(networked.clone());
+    let slirp = match client.start(probe).await {
+        Ok(mut probe) => {
+            let _ = probe.wait().await;
+            true
+        }
+        Err(error) => {
+            println!("(network: true rows left out: {error})");
+            false
+        }
+    };
+    if slirp {
+        let with = median(|| {
+            n += 1;
+            let (client, sandbox, prefix) = (client.clone(), networked.clone(), format!("net-{n}"));
+            async move { starts(&client, &prefix, &sandbox).await }
+        })
+        .await;
+        rows.push(Row {
+            what: "sandboxed start with network: true -> exited (us each)",
+            server: micros(with, STARTS),
+            baseline: micros(without, STARTS),
+            baseline_what: "sandboxed without network",
+            unit: "us",
+            higher_is_better: false,
+        });
+    }
     // SAFETY: a plain getter.
     if unsafe { libc::geteuid() } != 0 {
         println!("(not root: the outside host for the download row cannot be made)");
@@ -82,6 +108,30 @@ pub(super) async fn rows(client: &Client, rows: &mut Vec<Row>) {
         }
     })
     .await;
+    let through_proxy = median(|| {
+        n += 1;
+        let (client, sandbox) = (client.clone(), proxied.clone());
+        let params = StartParams::new(format!("fetch-{n}"), ["python3", "-c", &fetch, &url], "/")
+            .sandbox(sandbox);
+        async move {
+            let mut process = client.start(params).await.unwrap();
+            assert_eq!(process.wait().await.unwrap().code, 0);
+        }
+    })
+    .await;
+    rows.push(Row {
+        what: "download 256 MiB from another host through the policy's proxy (MiB/s)",
+        server: mib_per_s(through_proxy),
+        baseline: mib_per_s(on_host),
+        baseline_what: "the same download on the host",
+        unit: "MiB/s",
+        higher_is_better: true,
+    });
+    if !slirp {
+        drop(outside);
+        std::fs::remove_dir_all(&scratch).unwrap();
+        return;
+    }
     let inside = median(|| {
         n += 1;
         let (client, sandbox) = (client.clone(), networked.clone());
@@ -94,7 +144,7 @@ pub(super) async fn rows(client: &Client, rows: &mut Vec<Row>) {
     })
     .await;
     rows.push(Row {
-        what: "download 256 MiB from another host, sandboxed (MiB/s)",
+        what: "download 256 MiB from another host, network: true (MiB/s)",
         server: mib_per_s(inside),
         baseline: mib_per_s(on_host),
         baseline_what: "the same download on the host",
