@@ -39,6 +39,7 @@ pub(crate) fn environment_info(prepend_path: &[PathBuf]) -> Value {
             "shellSnapshotV2": false,
             "fileWriteStreaming": true,
             "windowsMxc": false,
+            "fsWatchMissing": true,
         },
     });
     if let Some(home) = home {

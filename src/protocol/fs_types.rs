@@ -199,6 +199,37 @@ pub struct WatchResult {
     pub watch_id: String,
 }
 
+/// `fs/watchMissing` params (today's dialect, Codex 0.169): tell the client
+/// once when one of `missing` appears, or `present` changes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchMissingParams {
+    /// The client's name for the watch (a number or a string), echoed in
+    /// `fs/missingChanged`; a new watch with the same id replaces the old.
+    pub watch_id: serde_json::Value,
+    /// Paths (file URIs, or absolute paths) that do not exist yet.
+    #[serde(default)]
+    pub missing: Vec<String>,
+    /// A path (file URI, or absolute path) that exists, whose change counts too.
+    #[serde(default)]
+    pub present: Option<String>,
+}
+
+/// `fs/watchMissing` result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatchMissingResult {
+    /// The watch is set (it fires at once when a missing path is already there).
+    pub watching: bool,
+}
+
+/// `fs/missingChanged` params: the watch fired, and is over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MissingChangedParams {
+    /// The client's id of the watch.
+    pub watch_id: serde_json::Value,
+}
+
 /// `fs/unwatch` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -99,6 +99,8 @@ methods! {
     Watch = "fs/watch" (WatchParams) -> WatchResult;
     /// `fs/unwatch`: end a watch (Part B).
     Unwatch = "fs/unwatch" (UnwatchParams) -> Empty;
+    /// `fs/watchMissing`: one notification when a missing path appears or a present one changes (today's dialect).
+    WatchMissing = "fs/watchMissing" (WatchMissingParams) -> WatchMissingResult;
     /// `environment/info`: the machine's shell, directories and capabilities (today's dialect).
     EnvironmentInfo = "environment/info" (Empty) -> serde_json::Value;
     /// `environment/status`: whether the server is ready (today's dialect).
@@ -161,6 +163,8 @@ notifications! {
     PortsChanged = "ports/changed" (PortsChangedParams);
     /// `http/request/bodyDelta`: part of a streamed response body (today's dialect).
     HttpBodyDelta = "http/request/bodyDelta" (BodyDeltaParams);
+    /// `fs/missingChanged`: an `fs/watchMissing` fired (today's dialect).
+    MissingChanged = "fs/missingChanged" (MissingChangedParams);
     /// `network/connection`: a sandbox's proxy decided a connection (Part B).
     NetworkConnection = "network/connection" (NetworkConnectionParams);
 }

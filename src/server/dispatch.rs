@@ -381,6 +381,16 @@ impl State {
                 Err(error) => Some(error_reply(&id, error)),
             };
         }
+        if method == WatchMissing::NAME {
+            self.today = true;
+            return match decode::<WatchMissing>(params) {
+                Ok(params) => self.watches.submit(
+                    &id.clone(),
+                    WatchCommand::WatchMissing { id, params: Box::new(params) },
+                ),
+                Err(error) => Some(error_reply(&id, error)),
+            };
+        }
         if method == Unwatch::NAME {
             return match decode::<Unwatch>(params) {
                 Ok(params) => {

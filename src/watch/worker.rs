@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::mpsc::Sender;
 
+mod missing;
+
 use super::inotify::{Inotify, RawEvent, DIR_MASK, FILE_MASK};
 use super::pending::Pending;
 use super::tree::{add_tree, open_beneath, AddError, Dirs, MAX_WATCHED_DIRS};
@@ -42,6 +44,7 @@ pub(crate) const BATCH: usize = 1000;
 pub(crate) enum Command {
     Watch { id: RequestId, params: Box<WatchParams> },
     Unwatch { id: RequestId, params: UnwatchParams },
+    WatchMissing { id: RequestId, params: Box<crate::protocol::WatchMissingParams> },
 }
 
 struct Watch {
@@ -70,6 +73,8 @@ struct Worker {
     watches: BTreeMap<u64, Watch>,
     next_watch: u64,
     pending: Pending,
+    /// `fs/watchMissing` watches, by their number (beside `watches`).
+    missing: missing::Missing,
     flush_at: Option<Instant>,
     /// When changes were last sent: the first change after a quiet window
     /// goes at once, later ones wait for the window to end.
@@ -92,6 +97,7 @@ pub(crate) fn run(
         watches: BTreeMap::new(),
         next_watch: 1,
         pending: Pending::default(),
+        missing: missing::Missing::default(),
         flush_at: None,
         last_flush: None,
     };
@@ -150,6 +156,10 @@ impl Worker {
                 let result = self.unwatch(&params.watch_id);
                 encode_response(&id, &result)
             }
+            Command::WatchMissing { id, params } => {
+                let result = self.watch_missing(*params);
+                encode_response(&id, &result)
+            }
         };
         // A reply is never dropped: it waits for room (the loop never waits on us).
         self.lines.blocking_send(line).is_ok()
@@ -157,7 +167,7 @@ impl Worker {
 
     fn watch(&mut self, params: WatchParams) -> Result<WatchResult, ErrorObject> {
         let shown = params.path.display().to_string();
-        if self.watches.len() >= MAX_WATCHES {
+        if self.watches.len() + self.missing.len() >= MAX_WATCHES {
             return Err(ErrorObject::invalid_request(format!(
                 "cannot watch {shown}: too many watches, the limit is {MAX_WATCHES} per connection"
             )));
@@ -257,7 +267,7 @@ impl Worker {
             }
         }
         self.pending.forget(watch);
-        if self.watches.is_empty() {
+        if self.watches.is_empty() && self.missing.is_empty() {
             // The last watch: the instance and its kernel memory go too.
             self.inotify = None;
         }
@@ -367,7 +377,8 @@ impl Worker {
                 ChangeKind::RenamedFrom
             };
             for (watch, view) in &views {
-                if self.watches.get(watch).is_some_and(|w| &w.root == view) {
+                let root = self.watches.get(watch).is_some_and(|w| &w.root == view);
+                if root || self.missing.holds(*watch) {
                     self.pending.push(*watch, view, kind);
                 }
             }
@@ -451,6 +462,21 @@ impl Worker {
         self.last_flush = Some(Instant::now());
         let mut batches = self.pending.take().into_iter();
         while let Some((watch, changes)) = batches.next() {
+            if self.missing.holds(watch) {
+                match self.missing_changed(watch) {
+                    Some(true) => {}
+                    Some(false) => {
+                        self.pending.put_back(watch, changes);
+                        for (watch, changes) in batches {
+                            self.pending.put_back(watch, changes);
+                        }
+                        self.flush_at = Some(Instant::now() + RETRY);
+                        return true;
+                    }
+                    None => return false,
+                }
+                continue;
+            }
             let Some(state) = self.watches.get(&watch) else { continue };
             let mut rest = match changes {
                 Some(changes) => changes,

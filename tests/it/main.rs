@@ -44,6 +44,7 @@ mod today_info;
 mod today_profiles_fs;
 mod today_read;
 mod today_trees;
+mod today_watch_missing;
 mod traits;
 mod tunnel;
 mod watch;

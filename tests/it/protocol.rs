@@ -26,6 +26,7 @@ async fn handshake_reports_version_server_info_and_capabilities() {
                     "process/terminate", "process/signal", "process/resize", "process/list",
                     "fs/readFile", "fs/writeFile", "fs/createDirectory", "fs/getMetadata",
                     "fs/readDirectory", "fs/remove", "fs/copy", "fs/rename", "fs/watch", "fs/unwatch",
+                    "fs/watchMissing",
                     "environment/info", "environment/status", "fs/canonicalize", "fs/walk",
                     "fs/open", "fs/readBlock", "fs/writeBlock", "fs/close", "session/end",
                     "tunnel/open", "tunnel/write", "tunnel/close",
@@ -34,7 +35,7 @@ async fn handshake_reports_version_server_info_and_capabilities() {
                 "notifications": [
                     "process/output", "process/exited", "process/closed", "fs/changed",
                     "tunnel/data", "tunnel/closed", "ports/changed", "http/request/bodyDelta",
-                    "network/connection"
+                    "fs/missingChanged", "network/connection"
                 ],
                 "features": [
                     "fs/pathBase64", "fs/followSymlinks", "fs/atomicWrite",

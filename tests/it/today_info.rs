@@ -72,6 +72,7 @@ async fn capabilities_claim_only_what_is_served() {
             "shellSnapshotV2": false,
             "fileWriteStreaming": true,
             "windowsMxc": false,
+            "fsWatchMissing": true,
         })
     );
 }
