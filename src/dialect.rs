@@ -13,6 +13,8 @@ mod contexts;
 #[cfg(feature = "server")]
 mod env;
 #[cfg(feature = "server")]
+pub(crate) mod environment_config;
+#[cfg(feature = "server")]
 pub(crate) mod fs_rules;
 #[cfg(feature = "server")]
 pub(crate) mod inbound;

@@ -33,7 +33,7 @@ pub(crate) fn environment_info(prepend_path: &[PathBuf]) -> Value {
             "networkProxyLaunch": true,
             "capabilityDiscoverySandbox": false,
             "capabilityDiscoveryV2": false,
-            "environmentConfigRead": false,
+            "environmentConfigRead": true,
             "httpHeaderEnvVars": true,
             "sandboxedFileStreaming": true,
             "shellSnapshotV2": false,

@@ -103,6 +103,8 @@ methods! {
     WatchMissing = "fs/watchMissing" (WatchMissingParams) -> WatchMissingResult;
     /// `environment/info`: the machine's shell, directories and capabilities (today's dialect).
     EnvironmentInfo = "environment/info" (Empty) -> serde_json::Value;
+    /// `environmentConfig/read`: the executor's Codex config layers (today's dialect).
+    EnvironmentConfigRead = "environmentConfig/read" (EnvironmentConfigReadParams) -> EnvironmentConfigReadResult;
     /// `environment/status`: whether the server is ready (today's dialect).
     EnvironmentStatus = "environment/status" (Empty) -> StatusResult;
     /// `fs/canonicalize`: a path with every link resolved (today's dialect).

@@ -169,3 +169,57 @@ pub struct WriteBlockParams {
     /// The bytes, 1 byte to 1 MiB.
     pub chunk: Base64,
 }
+
+/// `environmentConfig/read` params: the executor's Codex config layers for
+/// `cwd`, limited to the TOML key paths asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentConfigReadParams {
+    /// The project directory (a file URI, or a path).
+    pub cwd: PathBuf,
+    /// Key paths of config.toml to keep (`[["mcp_servers"]]`).
+    #[serde(default)]
+    pub config_paths: Vec<Vec<String>>,
+    /// Key paths of requirements.toml to keep.
+    #[serde(default)]
+    pub requirements_paths: Vec<Vec<String>>,
+}
+
+/// `environmentConfig/read` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentConfigReadResult {
+    /// The server user's home (a file URI), which `~` in values means.
+    pub user_home_dir: Option<String>,
+    /// The Codex home (a file URI): `$CODEX_HOME`, else `~/.codex`.
+    pub codex_home_dir: String,
+    /// This machine's host name.
+    pub hostname: Option<String>,
+    /// The config layers, lowest precedence first.
+    pub config: ConfigLayerStack,
+    /// The requirements layers, lowest precedence first.
+    pub requirements: ConfigLayerStack,
+}
+
+/// An ordered set of TOML layers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigLayerStack {
+    /// Lowest precedence first.
+    pub layers: Vec<ConfigLayer>,
+    /// Where the client inserts its cloud-provided layers.
+    pub cloud_insertion_index: usize,
+}
+
+/// One TOML layer: where it came from, the directory its relative paths
+/// are read against (a file URI), and its text, limited to the asked keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigLayer {
+    /// For diagnostics only (`user (/root/.codex/config.toml)`).
+    pub source: String,
+    /// The layer's directory.
+    pub base_dir: String,
+    /// The selected TOML.
+    pub toml: String,
+}

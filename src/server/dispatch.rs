@@ -409,8 +409,8 @@ impl State {
             self.on_link_request(id, &method, params, out);
             return None;
         }
-        if method.starts_with("fs/") {
-            let today = self.today;
+        if method.starts_with("fs/") || method == EnvironmentConfigRead::NAME {
+            let today = self.today || method == EnvironmentConfigRead::NAME;
             return self.fs.submit(Call { id, method, params, bytes, dialect, today, confine });
         }
         // Process requests take effect in arrival order: behind the starts under

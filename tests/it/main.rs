@@ -39,6 +39,7 @@ mod sandbox_escape;
 mod sessions;
 mod ssh;
 mod support;
+mod today_environment_config;
 mod today_handles;
 mod today_info;
 mod today_profiles_fs;

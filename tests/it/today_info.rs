@@ -66,7 +66,7 @@ async fn capabilities_claim_only_what_is_served() {
             "networkProxyLaunch": true,
             "capabilityDiscoverySandbox": false,
             "capabilityDiscoveryV2": false,
-            "environmentConfigRead": false,
+            "environmentConfigRead": true,
             "httpHeaderEnvVars": true,
             "sandboxedFileStreaming": true,
             "shellSnapshotV2": false,

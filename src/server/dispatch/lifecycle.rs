@@ -2,9 +2,9 @@
 
 use super::{Phase, State};
 use crate::protocol::{
-    Capabilities, EnvironmentInfo, EnvironmentStatus, ErrorObject, InitializeParams,
-    InitializeResult, Method, RequestId, ServerInfo, SessionEnd, FEATURES, METHODS, NOTIFICATIONS,
-    PROTOCOL_VERSION,
+    Capabilities, EnvironmentConfigRead, EnvironmentInfo, EnvironmentStatus, ErrorObject,
+    InitializeParams, InitializeResult, Method, RequestId, ServerInfo, SessionEnd, FEATURES,
+    METHODS, NOTIFICATIONS, PROTOCOL_VERSION,
 };
 use crate::sessions::ClaimError;
 
@@ -14,6 +14,7 @@ impl State {
         let area = match method {
             EnvironmentInfo::NAME => "environment info",
             EnvironmentStatus::NAME => "environment status",
+            EnvironmentConfigRead::NAME => "environment config",
             SessionEnd::NAME => "session",
             m if m.starts_with("tunnel/") => "tunnel",
             m if m.starts_with("ports/") => "ports",
