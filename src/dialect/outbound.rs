@@ -69,6 +69,7 @@ pub(crate) fn start_shape(dialect: Dialect, numbering: Numbering) -> Shape {
             exit_on_exec_failure: true,
             report_denials: true,
             bare_start_errors: true,
+            eperm_sockets: true,
         },
         Dialect::V0 => Shape { numbering, ..Shape::default() },
     }

@@ -44,6 +44,9 @@ pub(crate) struct Shape {
     /// A start that fails says only the OS error (`No such file or
     /// directory (os error 2)`), not which program failed to start.
     pub(crate) bare_start_errors: bool,
+    /// A socket the sandbox refuses fails with EPERM, as upstream's seccomp
+    /// filter answers (else EACCES).
+    pub(crate) eperm_sockets: bool,
 }
 
 impl Default for Shape {
@@ -55,6 +58,7 @@ impl Default for Shape {
             exit_on_exec_failure: false,
             report_denials: false,
             bare_start_errors: false,
+            eperm_sockets: false,
         }
     }
 }

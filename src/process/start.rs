@@ -160,6 +160,7 @@ impl ProcessTable {
                 sandbox::resolve(work_params.sandbox.as_ref(), &settings, &roots, &cwd.path)?;
             if let Some(policy) = policy.as_mut() {
                 policy.exit_on_exec_failure = shape.exit_on_exec_failure;
+                policy.eperm_sockets = shape.eperm_sockets;
             }
             if let (Some(policy), Some(_)) = (policy.as_mut(), tree_limits) {
                 policy.keep_cgroups_read_only(crate::limits::mount_points()).map_err(|reason| {

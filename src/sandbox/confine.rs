@@ -67,6 +67,7 @@ fn confine(spec: &Spec, roots: &Roots, abi: u32) -> Result<(), String> {
     let rules = seccomp::Rules {
         network: spec.policy.network,
         confined_reads: spec.policy.readable.is_some(),
+        socket_errno: if spec.policy.eperm_sockets { libc::EPERM } else { libc::EACCES },
     };
     seccomp::install(rules)?;
     // SAFETY: marks descriptors 3 and up close-on-exec; the report pipe goes with the exec.

@@ -48,6 +48,9 @@ pub(crate) struct Policy {
     /// says why on stderr and exits 127 (else the start fails).
     #[serde(default)]
     pub(crate) exit_on_exec_failure: bool,
+    /// A refused socket fails with EPERM instead of EACCES (today's dialect).
+    #[serde(default)]
+    pub(crate) eperm_sockets: bool,
 }
 
 impl Policy {
@@ -66,6 +69,7 @@ impl Policy {
             proxied: false,
             rules: None,
             exit_on_exec_failure: false,
+            eperm_sockets: false,
         };
         for (path, access) in map.entries() {
             let above = map.above(path);
@@ -264,6 +268,7 @@ fn resolve_policy(
             proxied: settings.allow_hosts.is_some(),
             rules: settings.allow_hosts.clone(),
             exit_on_exec_failure: false,
+            eperm_sockets: false,
         })
     } else {
         None
@@ -318,6 +323,7 @@ fn resolve_policy(
         proxied: false,
         rules: None,
         exit_on_exec_failure: false,
+        eperm_sockets: false,
     };
     policy.set_network(asked.network.as_ref());
     narrowed(policy, default)

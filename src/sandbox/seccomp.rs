@@ -94,6 +94,8 @@ pub(crate) struct Rules {
     pub(crate) network: bool,
     /// Reads are confined (`readableRoots`): no inotify or fanotify watch.
     pub(crate) confined_reads: bool,
+    /// What a refused socket fails with (EACCES; EPERM in today's dialect).
+    pub(crate) socket_errno: i32,
 }
 
 /// Installs the filter on the calling thread; NoNewPrivs must be set.
@@ -136,6 +138,7 @@ fn filter(rules: Rules) -> Vec<libc::sock_filter> {
         program.push(statement(RET_K, libc::SECCOMP_RET_KILL_PROCESS));
     }
     let refuse = statement(RET_K, errno(libc::EACCES));
+    let refuse_socket = statement(RET_K, errno(rules.socket_errno));
     let not_permitted = statement(RET_K, errno(libc::EPERM));
     let allow = statement(RET_K, libc::SECCOMP_RET_ALLOW);
     let missing = statement(RET_K, errno(libc::ENOSYS));
@@ -176,7 +179,7 @@ fn filter(rules: Rules) -> Vec<libc::sock_filter> {
         statement(LD_W_ABS, OFFSET_ARG1),
         statement(AND_K, SOCK_TYPE_MASK),
         jump(JEQ_K, SOCK_DGRAM, 0, 1),
-        refuse,
+        refuse_socket,
         // The number again (the test above changed the accumulator).
         statement(LD_W_ABS, OFFSET_NR),
     ]);
@@ -192,15 +195,15 @@ fn filter(rules: Rules) -> Vec<libc::sock_filter> {
             jump(JEQ_K, libc::AF_INET as u32, 6, 0),
             jump(JEQ_K, libc::AF_INET6 as u32, 5, 0),
             jump(JEQ_K, libc::AF_NETLINK as u32, 1, 0),
-            refuse,
+            refuse_socket,
             statement(LD_W_ABS, OFFSET_ARG2),
             jump(JEQ_K, libc::NETLINK_SOCK_DIAG as u32, 0, 1),
-            refuse,
+            refuse_socket,
             allow,
         ]);
     } else {
         // socket: refused, whatever the family.
-        program.extend([jump(JEQ_K, arch::NR_SOCKET, 0, 1), refuse, allow]);
+        program.extend([jump(JEQ_K, arch::NR_SOCKET, 0, 1), refuse_socket, allow]);
     }
     program
 }
@@ -222,7 +225,7 @@ mod tests {
     fn jumps_stay_inside_the_program() {
         for network in [false, true] {
             for confined_reads in [false, true] {
-                check(&filter(Rules { network, confined_reads }));
+                check(&filter(Rules { network, confined_reads, socket_errno: libc::EACCES }));
             }
         }
     }

@@ -494,3 +494,33 @@ async fn todays_errors_say_what_upstream_says() {
         json!({"code": -32603, "message": format!("failed to start `{}`: No such file or directory (os error 2)", missing.display())})
     );
 }
+
+#[tokio::test]
+async fn a_refused_socket_is_eperm_in_todays_dialect_and_eacces_in_v0() {
+    let work = scratch("socket-errno");
+    let mut server = Binary::ready(&[]).await;
+    let probe = "import socket\nfor family in (socket.AF_UNIX, socket.AF_INET):\n    try:\n        socket.socket(family)\n        print('opened')\n    except OSError as e:\n        print(e.errno)";
+    let env = json!({"PATH": "/usr/bin:/bin"});
+    let today = json!({"processId": "t", "argv": ["python3", "-c", probe], "cwd": uri(&work), "env": env, "tty": false,
+        "sandbox": {"permissions": {"type": "managed", "file_system": "workspaceWrite", "network": "restricted"}, "policyContext": {"cwd": uri(&work), "workspaceRoots": [uri(&work)]}}});
+    let v0 = json!({"processId": "v", "argv": ["python3", "-c", probe], "cwd": work, "env": env, "tty": false,
+        "sandbox": {"mode": "restricted", "writableRoots": [work]}});
+    for (start, expected) in [(today, "1\n1\n"), (v0, "13\n13\n")] {
+        let id = start["processId"].as_str().unwrap().to_owned();
+        let reply = server.call("process/start", start).await;
+        assert!(reply.get("error").is_none(), "{reply}");
+        let mut output = Vec::new();
+        loop {
+            let message = server.next().await.unwrap();
+            if message["params"]["processId"] != id.as_str() {
+                continue;
+            }
+            match message["method"].as_str() {
+                Some("process/output") => output.extend(unb64(&message["params"]["chunk"])),
+                Some("process/exited") => break,
+                _ => {}
+            }
+        }
+        assert_eq!(String::from_utf8(output).unwrap(), expected, "{id}");
+    }
+}
