@@ -48,7 +48,7 @@ pub(crate) struct Policy {
     /// says why on stderr and exits 127 (else the start fails).
     #[serde(default)]
     pub(crate) exit_on_exec_failure: bool,
-    /// A refused socket fails with EPERM instead of EACCES (today's dialect).
+    /// A refused socket fails with EPERM instead of EACCES (as upstream's filter answers).
     #[serde(default)]
     pub(crate) eperm_sockets: bool,
 }

@@ -94,7 +94,7 @@ pub(crate) struct Rules {
     pub(crate) network: bool,
     /// Reads are confined (`readableRoots`): no inotify or fanotify watch.
     pub(crate) confined_reads: bool,
-    /// What a refused socket fails with (EACCES; EPERM in today's dialect).
+    /// What a refused socket fails with (EACCES, or EPERM as upstream's filter answers).
     pub(crate) socket_errno: i32,
 }
 

@@ -21,7 +21,7 @@ fn params(id: &str, argv: &[&str]) -> StartParams {
 async fn handshake_exposes_capabilities() {
     let client = Client::in_process(Config::default()).await.unwrap();
     let capabilities = client.capabilities();
-    assert_eq!(capabilities.methods.len(), 35);
+    assert_eq!(capabilities.methods.len(), 36);
     assert_eq!(capabilities.methods.last().map(String::as_str), Some("http/request"));
     assert!(capabilities.methods.contains(&"fs/rename".to_owned()));
     assert!(capabilities.methods.contains(&"fs/watch".to_owned()));

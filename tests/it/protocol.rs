@@ -27,7 +27,7 @@ async fn handshake_reports_version_server_info_and_capabilities() {
                     "fs/readFile", "fs/writeFile", "fs/createDirectory", "fs/getMetadata",
                     "fs/readDirectory", "fs/remove", "fs/copy", "fs/rename", "fs/watch", "fs/unwatch",
                     "fs/watchMissing",
-                    "environment/info", "environment/status", "fs/canonicalize", "fs/walk",
+                    "environment/info", "environmentConfig/read", "environment/status", "fs/canonicalize", "fs/walk",
                     "fs/open", "fs/readBlock", "fs/writeBlock", "fs/close", "session/end",
                     "tunnel/open", "tunnel/write", "tunnel/close",
                     "ports/list", "ports/watch", "ports/unwatch", "http/request"
