@@ -51,14 +51,15 @@ pub(crate) fn send_with_fds(socket: RawFd, bytes: &[u8], fds: &[RawFd]) -> io::R
             return Err(io::Error::from_raw_os_error(libc::E2BIG));
         }
         message.msg_control = control.as_mut_ptr().cast();
-        message.msg_controllen = space;
+        // (The field types differ between glibc and musl.)
+        message.msg_controllen = space as _;
         // SAFETY: the control buffer holds `space` bytes (checked above) and
         // is aligned for cmsghdr; the first header is within it.
         unsafe {
             let header = libc::CMSG_FIRSTHDR(&message);
             (*header).cmsg_level = libc::SOL_SOCKET;
             (*header).cmsg_type = libc::SCM_RIGHTS;
-            (*header).cmsg_len = libc::CMSG_LEN(payload) as usize;
+            (*header).cmsg_len = libc::CMSG_LEN(payload) as _;
             std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(header).cast(), fds.len());
         }
     }
@@ -88,7 +89,7 @@ pub(crate) fn receive_with_fds(
     message.msg_iov = &mut iov;
     message.msg_iovlen = 1;
     message.msg_control = control.as_mut_ptr().cast();
-    message.msg_controllen = std::mem::size_of::<Control>();
+    message.msg_controllen = std::mem::size_of::<Control>() as _;
     let got = loop {
         // SAFETY: a valid message over live buffers; received descriptors are close-on-exec.
         let got = unsafe { libc::recvmsg(socket, &mut message, libc::MSG_CMSG_CLOEXEC) };
@@ -107,7 +108,7 @@ pub(crate) fn receive_with_fds(
         while !header.is_null() {
             if (*header).cmsg_level == libc::SOL_SOCKET && (*header).cmsg_type == libc::SCM_RIGHTS {
                 let data = libc::CMSG_DATA(header).cast::<RawFd>();
-                let bytes = (*header).cmsg_len - libc::CMSG_LEN(0) as usize;
+                let bytes = (*header).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
                 for i in 0..bytes / std::mem::size_of::<RawFd>() {
                     fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
                 }

@@ -44,12 +44,12 @@ fn bring_up_loopback() -> Result<(), String> {
         *slot = *byte as libc::c_char;
     }
     // SAFETY: SIOCGIFFLAGS fills the flags of a valid ifreq.
-    let rc = unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFFLAGS, &mut request) };
+    let rc = unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFFLAGS as _, &mut request) };
     sys::check(rc.into(), "cannot read the sandbox loopback's flags")?;
     // SAFETY: the flags member of the union, just filled.
     unsafe { request.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
     // SAFETY: SIOCSIFFLAGS with the ifreq filled above.
-    let rc = unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFFLAGS, &request) };
+    let rc = unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFFLAGS as _, &request) };
     sys::check(rc.into(), "cannot bring up the sandbox's loopback").map(|_| ())
 }
 
