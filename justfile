@@ -7,6 +7,21 @@ build:
 ship:
     cargo build --locked --profile ship --bin exec-server
 
+# The static Linux binary (musl, mimalloc): target/x86_64-unknown-linux-musl/ship/exec-server.
+static:
+    rustup target add x86_64-unknown-linux-musl
+    cargo build --locked --profile ship --bin exec-server --target x86_64-unknown-linux-musl
+
+# The container image (Containerfile): the static binary and busybox, nothing pulled.
+image: static
+    cp target/x86_64-unknown-linux-musl/ship/exec-server target/image-exec-server
+    cp "$(command -v busybox)" target/image-busybox
+    podman build -t exec-server -f Containerfile target
+
+# The integration suite against the static binary.
+test-static: static
+    EXEC_SERVER_TEST_BIN=target/x86_64-unknown-linux-musl/ship/exec-server cargo test --test it
+
 install:
     cargo install --locked --profile ship --path .
 

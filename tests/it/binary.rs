@@ -11,7 +11,13 @@ use crate::support::{
     within,
 };
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_exec-server");
+/// The binary under test: `$EXEC_SERVER_TEST_BIN` when set (the static
+/// build, `just test-static`), else the one cargo built.
+pub static BIN: std::sync::LazyLock<&'static str> =
+    std::sync::LazyLock::new(|| match std::env::var("EXEC_SERVER_TEST_BIN") {
+        Ok(path) if !path.is_empty() => Box::leak(path.into_boxed_str()),
+        _ => env!("CARGO_BIN_EXE_exec-server"),
+    });
 
 /// The binary with piped stdio, killed if the test fails.
 pub struct Binary {
@@ -28,7 +34,7 @@ impl Binary {
 
     /// Like [`Binary::spawn`], with stderr going to `stderr`.
     pub fn spawn_with_stderr(args: &[&str], stderr: Stdio) -> Binary {
-        let mut command = tokio::process::Command::new(BIN);
+        let mut command = tokio::process::Command::new(*BIN);
         command.args(args).stderr(stderr);
         Binary::from_command(command)
     }
@@ -242,7 +248,7 @@ async fn nothing_sent_after_session_end_runs() {
 /// A server started with every signal blocked still ends on SIGTERM, with its children.
 #[tokio::test]
 async fn a_server_started_with_signals_blocked_still_ends_on_sigterm() {
-    let mut command = tokio::process::Command::new(BIN);
+    let mut command = tokio::process::Command::new(*BIN);
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         command.pre_exec(|| {
@@ -277,7 +283,7 @@ async fn a_start_fails_when_its_watcher_cannot_start() {
     for limit in 16..=24 {
         let mut command = tokio::process::Command::new("sh");
         let script = format!(r#"ulimit -n {limit} && exec "$0""#);
-        command.args(["-c", &script, BIN]).stderr(Stdio::null());
+        command.args(["-c", &script, *BIN]).stderr(Stdio::null());
         let mut server = Binary::from_command(command);
         server.result("initialize", json!({"clientName": "binary-test"})).await;
         server.send_line(r#"{"method":"initialized"}"#).await;
@@ -342,7 +348,7 @@ async fn sigint_to_a_sleep_reports_130() {
 #[tokio::test]
 async fn children_start_with_default_signals_when_the_server_ignores_some() {
     let mut command = tokio::process::Command::new("sh");
-    command.args(["-c", r#"trap '' INT QUIT HUP PIPE USR1; exec "$0""#, BIN]);
+    command.args(["-c", r#"trap '' INT QUIT HUP PIPE USR1; exec "$0""#, *BIN]);
     let mut server = Binary::from_command(command);
     server.result("initialize", json!({"clientName": "binary-test"})).await;
     server.send_line(r#"{"method":"initialized"}"#).await;
@@ -402,7 +408,7 @@ async fn flags_max_processes_and_root() {
 
 #[tokio::test]
 async fn a_missing_root_is_a_startup_error() {
-    let output = tokio::process::Command::new(BIN)
+    let output = tokio::process::Command::new(*BIN)
         .args(["--root", "/no/such/root"])
         .stdin(Stdio::null())
         .output()
@@ -418,7 +424,7 @@ async fn a_missing_root_is_a_startup_error() {
 
 #[tokio::test]
 async fn stdout_carries_only_protocol_messages_even_with_debug_logs() {
-    let output = tokio::process::Command::new(BIN)
+    let output = tokio::process::Command::new(*BIN)
         .args(["--log-level", "debug", "--on-eof", "wait"])
         .stdin(
             std::fs::File::open(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/demo.jsonl"))
@@ -438,7 +444,7 @@ async fn stdout_carries_only_protocol_messages_even_with_debug_logs() {
 
 #[tokio::test]
 async fn a_client_that_closes_stdout_ends_the_connection() {
-    let mut child = tokio::process::Command::new(BIN)
+    let mut child = tokio::process::Command::new(*BIN)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .kill_on_drop(true)

@@ -26,7 +26,7 @@ impl Listening {
         let stderr = scratch(&format!("bounds-stderr-{}", rand_tag())).join("stderr");
         let mut child = tokio::process::Command::new("prlimit")
             .arg(format!("--nofile={nofile}"))
-            .arg(BIN)
+            .arg(*BIN)
             .args(["--listen", "ws://127.0.0.1:0"])
             .args(args)
             .stdin(Stdio::null())
@@ -341,7 +341,7 @@ async fn a_thousand_processes_start_under_a_soft_limit_of_1024() {
         limit.rlim_max
     );
     let mut command = tokio::process::Command::new("prlimit");
-    command.arg(format!("--nofile=1024:{}", limit.rlim_max)).arg(BIN).stderr(Stdio::inherit());
+    command.arg(format!("--nofile=1024:{}", limit.rlim_max)).arg(*BIN).stderr(Stdio::inherit());
     let mut server = Binary::from_command(command);
     server.result("initialize", json!({"clientName": "many"})).await;
     server.send_line(r#"{"method":"initialized"}"#).await;

@@ -61,7 +61,7 @@ async fn upstreams_other_flags_are_accepted_and_a_bad_override_is_named() {
     let reply =
         server.call("process/start", crate::support::start_params("t", &["true"], json!({}))).await;
     assert_eq!(reply["result"], json!({"processId": "t"}));
-    let output = tokio::process::Command::new(BIN).args(["-c", "model"]).output().await.unwrap();
+    let output = tokio::process::Command::new(*BIN).args(["-c", "model"]).output().await.unwrap();
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(stderr.contains("-c takes KEY=VALUE, not \"model\""), "{stderr}");

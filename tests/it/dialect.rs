@@ -167,7 +167,7 @@ async fn a_handle_keeps_reading_the_file_it_opened_across_a_rename_over() {
 
 #[tokio::test]
 async fn env_policies_build_the_environment_from_the_servers() {
-    let mut command = tokio::process::Command::new(crate::binary::BIN);
+    let mut command = tokio::process::Command::new(*crate::binary::BIN);
     command.env_clear().envs([
         ("PATH", "/usr/bin:/bin"),
         ("HOME", "/home/x"),
@@ -274,7 +274,7 @@ async fn a_wide_walk_holds_one_directory_open_at_a_time() {
     }
     // With 64 descriptors in all, a walk that held every queued directory open would fail.
     let mut command = tokio::process::Command::new("prlimit");
-    command.args(["--nofile=64:64", crate::binary::BIN]);
+    command.args(["--nofile=64:64", *crate::binary::BIN]);
     let mut server = Binary::from_command(command);
     server.result("initialize", json!({"clientName": "wide"})).await;
     server.send_line(r#"{"method":"initialized"}"#).await;
@@ -319,7 +319,7 @@ async fn upstreams_command_line_forms_are_accepted() {
         let status = server.result("environment/status", json!({})).await;
         assert_eq!(status, json!({"status": "ready"}), "{args:?}");
     }
-    let refused = std::process::Command::new(crate::binary::BIN)
+    let refused = std::process::Command::new(*crate::binary::BIN)
         .args(["--concurrent-requests", "0"])
         .output()
         .unwrap();

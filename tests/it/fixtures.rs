@@ -150,7 +150,7 @@ fn the_matcher_can_fail() {
 #[tokio::test]
 async fn the_readme_demo_runs() {
     let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/demo.jsonl");
-    let output = tokio::process::Command::new(BIN)
+    let output = tokio::process::Command::new(*BIN)
         .args(["--on-eof", "wait"])
         .stdin(std::fs::File::open(demo).unwrap())
         .stderr(Stdio::inherit())

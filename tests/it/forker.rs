@@ -180,7 +180,7 @@ async fn a_small_descriptor_limit_leaves_the_forker_working() {
     let tree = Tree::new("forker-nofile", User::Current);
     // Just enough for the server; the child used to park descriptors at 64.
     let mut command = tokio::process::Command::new("sh");
-    command.args(["-c", r#"ulimit -n 66 && exec "$0""#, crate::binary::BIN]);
+    command.args(["-c", r#"ulimit -n 66 && exec "$0""#, *crate::binary::BIN]);
     let mut server = Binary::from_command(command);
     server.result("initialize", json!({"clientName": "forker-test"})).await;
     server.send_line(r#"{"method":"initialized"}"#).await;

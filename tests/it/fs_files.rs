@@ -168,7 +168,7 @@ async fn a_write_cut_short_leaves_the_old_content() {
     std::fs::write(dir.join("input"), input).unwrap();
     for (setup, killed) in [("", true), ("trap '' XFSZ;", false)] {
         std::fs::write(&target, b"old content").unwrap();
-        let script = format!("{setup} ulimit -f 64; exec {} < \"$1\"", crate::binary::BIN);
+        let script = format!("{setup} ulimit -f 64; exec {} < \"$1\"", *crate::binary::BIN);
         let output = std::process::Command::new("sh")
             .args(["-c", &script, "sh", &p(&dir.join("input"))])
             .output()

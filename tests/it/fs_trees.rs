@@ -46,7 +46,7 @@ struct Server {
 impl Server {
     fn start() -> Server {
         let mut child =
-            Command::new(BIN).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+            Command::new(*BIN).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
         let (stdin, stdout) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());
         let (tx, replies) = mpsc::channel();
         std::thread::spawn(move || {

@@ -505,7 +505,7 @@ async fn the_binary_refuses_with_http_requests_none() {
 
 /// The binary with `env` set (and `EXEC_SERVER_IT_UNSET` unset), after the handshake.
 async fn binary_with_env(env: &[(&str, &str)]) -> Binary {
-    let mut command = tokio::process::Command::new(BIN);
+    let mut command = tokio::process::Command::new(*BIN);
     command.envs(env.iter().copied()).env_remove("EXEC_SERVER_IT_UNSET");
     let mut server = Binary::from_command(command);
     server.result("initialize", json!({"clientName": "it"})).await;

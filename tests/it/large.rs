@@ -103,7 +103,7 @@ fn a_client_pipe_larger_than_the_servers_choice_is_kept() {
     use std::io::{BufRead, Write};
     let (stdin_read, stdin_write) = pipe_of(1 << 20);
     let (stdout_read, stdout_write) = pipe_of(1 << 20);
-    let mut child = std::process::Command::new(crate::binary::BIN)
+    let mut child = std::process::Command::new(*crate::binary::BIN)
         .stdin(stdin_read)
         .stdout(stdout_write)
         .spawn()

@@ -10,7 +10,7 @@ use crate::binary::BIN;
 use crate::support::{is_dead, wait_dead, within};
 
 fn command() -> LaunchCommand {
-    LaunchCommand::new(BIN)
+    LaunchCommand::new(*BIN)
 }
 
 /// Starts `sh -c 'sleep 30 & echo $!; wait'` and returns (shell pid, sleep pid).
@@ -43,7 +43,7 @@ async fn kill_the_launching_process(stdin_held_elsewhere: bool) {
         std::env::current_exe().unwrap().parent().unwrap().parent().unwrap().join("examples/hold");
     let mut command = tokio::process::Command::new(&helper);
     command
-        .env("EXEC_SERVER_BIN", BIN)
+        .env("EXEC_SERVER_BIN", *BIN)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true);
@@ -117,7 +117,8 @@ async fn a_server_that_dies_is_noticed() {
 #[tokio::test]
 async fn other_commands_work_and_bad_ones_fail_clearly() {
     // Any command that ends up speaking the protocol on stdio, here through a shell.
-    let via_shell = LaunchCommand::new("sh").arg("-c").arg("exec \"$0\" --log-level warn").arg(BIN);
+    let via_shell =
+        LaunchCommand::new("sh").arg("-c").arg("exec \"$0\" --log-level warn").arg(*BIN);
     let launcher = Launcher::spawn(via_shell).await.unwrap();
     let mut p = launcher.client().start(StartParams::new("p", ["echo", "ok"], "/")).await.unwrap();
     assert_eq!(p.output_to_end().await.unwrap().0, b"ok\n");
@@ -135,7 +136,7 @@ async fn dropping_the_launcher_never_blocks_the_runtime() {
     // With --on-eof wait and a running process, closing stdin does not end the
     // server: only the SIGTERM that follows after a grace does.
     let launcher =
-        Launcher::spawn(LaunchCommand::new(BIN).arg("--on-eof").arg("wait")).await.unwrap();
+        Launcher::spawn(LaunchCommand::new(*BIN).arg("--on-eof").arg("wait")).await.unwrap();
     let params = StartParams::new("nap", ["sleep", "100"], "/");
     launcher.client().start(params).await.unwrap();
     let server = launcher.pid();

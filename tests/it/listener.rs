@@ -83,7 +83,7 @@ async fn a_server_run_by_nobody_refuses_root() {
     if !root_or_skip("a server of uid 65534") {
         return;
     }
-    let mut child = crate::support::as_nobody(BIN)
+    let mut child = crate::support::as_nobody(*BIN)
         .args(["--listen", "ws://127.0.0.1:0"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -197,7 +197,7 @@ async fn capability_tokens_from_a_file_or_a_digest_admit_any_uid_and_nothing_els
     }
     // Refused: a file others may read, token flags without a WebSocket listener.
     std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
-    let output = std::process::Command::new(BIN)
+    let output = std::process::Command::new(*BIN)
         .args(["--listen", "ws://127.0.0.1:0"])
         .args(by_file)
         .stdin(Stdio::null())
@@ -215,7 +215,7 @@ async fn capability_tokens_from_a_file_or_a_digest_admit_any_uid_and_nothing_els
     let spaced = dir.join("spaced");
     std::fs::write(&spaced, " s3cret-token \n").unwrap();
     std::fs::set_permissions(&spaced, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let output = std::process::Command::new(BIN)
+    let output = std::process::Command::new(*BIN)
         .args(["--listen", "ws://127.0.0.1:0", "--token-file", spaced.to_str().unwrap()])
         .stdin(Stdio::null())
         .output()
@@ -228,7 +228,7 @@ async fn capability_tokens_from_a_file_or_a_digest_admit_any_uid_and_nothing_els
         )
     );
     let output =
-        std::process::Command::new(BIN).args(by_digest).stdin(Stdio::null()).output().unwrap();
+        std::process::Command::new(*BIN).args(by_digest).stdin(Stdio::null()).output().unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert_eq!(
         String::from_utf8_lossy(&output.stderr),
@@ -384,7 +384,7 @@ fn a_shared_secret_shorter_than_32_bytes_is_refused_at_start() {
     let dir = scratch("listener-short-secret");
     for short in ["x", "thirty-one-bytes-of-a-secret!!!"] {
         let secret = token_file(&dir, short);
-        let output = std::process::Command::new(BIN)
+        let output = std::process::Command::new(*BIN)
             .args(["--listen", "ws://127.0.0.1:0", "--ws-auth", "signed-bearer-token"])
             .arg("--ws-shared-secret-file")
             .arg(&secret)
@@ -558,7 +558,7 @@ async fn a_link_planted_on_the_socket_path_creates_nothing_at_its_target() {
         [vec!["--listen", listen.as_str()], vec!["--connect", listen.as_str(), "--spawn-daemon"]]
     {
         let output =
-            std::process::Command::new(BIN).args(&args).stdin(Stdio::null()).output().unwrap();
+            std::process::Command::new(*BIN).args(&args).stdin(Stdio::null()).output().unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
         // The first hop another user could change is the shared directory itself.
@@ -579,7 +579,7 @@ async fn a_link_planted_on_the_socket_path_creates_nothing_at_its_target() {
 async fn a_launcher_starts_a_listening_server_with_a_token_and_connects_with_it() {
     let dir = scratch("listener-launcher");
     let file = token_file(&dir, "launch-token");
-    let command = exec_server::LaunchCommand::new(BIN)
+    let command = exec_server::LaunchCommand::new(*BIN)
         .arg("--ws-auth")
         .arg("capability-token")
         .arg("--ws-token-file")

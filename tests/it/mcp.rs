@@ -40,7 +40,7 @@ async fn the_python_sdk_runs_sandboxed_commands_and_files_within_its_roots() {
         std::fs::create_dir_all(&root).unwrap();
         std::fs::create_dir_all(&outside).unwrap();
         let run = tokio::process::Command::new(&python)
-            .args([CLIENT, BIN, root.to_str().unwrap(), outside.to_str().unwrap(), mode])
+            .args([CLIENT, *BIN, root.to_str().unwrap(), outside.to_str().unwrap(), mode])
             .kill_on_drop(true)
             .output();
         let output = within("the SDK's session", run).await.unwrap();
@@ -90,7 +90,7 @@ async fn the_inspector_cli_lists_the_tools_and_runs_a_command() {
     let dir = scratch("mcp-inspector");
     let run = |args: Vec<&str>| {
         let mut command = tokio::process::Command::new(&inspector);
-        command.arg("--cli").arg(BIN).args(args).current_dir(&dir).kill_on_drop(true);
+        command.arg("--cli").arg(*BIN).args(args).current_dir(&dir).kill_on_drop(true);
         async move {
             let output = within("the inspector", command.output()).await.unwrap();
             assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
@@ -184,7 +184,7 @@ async fn mcp_2026_07_28_is_served_from_each_request_alone() {
     let (cwd, root) = (dir.join("cwd"), dir.join("root"));
     std::fs::create_dir_all(&cwd).unwrap();
     std::fs::create_dir_all(&root).unwrap();
-    let mut command = tokio::process::Command::new(BIN);
+    let mut command = tokio::process::Command::new(*BIN);
     command.current_dir(&cwd).stderr(std::process::Stdio::null());
     let mut server = Binary::from_command(command);
     let ask = |id: i64, method: &str, params: Value| {
@@ -281,7 +281,7 @@ impl Mcp {
 
     /// The binary with `args`, in `cwd`, after the MCP handshake.
     async fn start_with(cwd: &Path, roots: bool, args: &[&str]) -> Mcp {
-        let mut command = tokio::process::Command::new(BIN);
+        let mut command = tokio::process::Command::new(*BIN);
         command.args(args).current_dir(cwd).stderr(std::process::Stdio::null());
         let mut server = Binary::from_command(command);
         let capabilities = if roots { json!({"roots": {"listChanged": true}}) } else { json!({}) };

@@ -227,7 +227,7 @@ async fn a_networked_start_leaves_the_hosts_mounts_alone() {
 async fn without_slirp4netns_a_networked_start_is_refused_and_nothing_runs() {
     let tree = Tree::new("netns-missing", User::Current);
     let marker = tree.w.join("ran");
-    let mut command = tokio::process::Command::new(crate::binary::BIN);
+    let mut command = tokio::process::Command::new(*crate::binary::BIN);
     command.env("PATH", "/nonexistent");
     let mut server = Binary::from_command(command);
     server.result("initialize", json!({"clientName": "it"})).await;

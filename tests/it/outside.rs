@@ -120,7 +120,7 @@ impl TestHosts {
             let ids = [format!("--reuid={NOBODY}"), format!("--regid={NOBODY}")];
             command.arg("setpriv").args(ids).args(["--clear-groups", "--"]);
         }
-        command.arg(BIN).stderr(Stdio::inherit());
+        command.arg(*BIN).stderr(Stdio::inherit());
         let mut server = Binary::from_command(command);
         server.result("initialize", json!({"clientName": "netns-test"})).await;
         server.send_line(r#"{"method":"initialized"}"#).await;
@@ -239,7 +239,7 @@ impl TestHosts {
         command.arg(format!("--net=/run/netns/{}", self.host)).arg("--");
         command.args(["unshare", "--mount", "--propagation", "private", "--"]);
         command.args(["sh", "-c", "mount --bind \"$0\" /etc/hosts && exec \"$@\""]);
-        command.arg(hosts_file).arg(BIN).args(args).stderr(Stdio::inherit());
+        command.arg(hosts_file).arg(*BIN).args(args).stderr(Stdio::inherit());
         command
     }
 

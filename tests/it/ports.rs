@@ -15,7 +15,7 @@ print(s.getsockname()[1], flush=True); sys.stdin.read()";
 
 #[tokio::test]
 async fn a_listening_descendant_appears_with_its_process_id_and_goes_when_it_exits() {
-    let launcher = Launcher::spawn(LaunchCommand::new(BIN)).await.unwrap();
+    let launcher = Launcher::spawn(LaunchCommand::new(*BIN)).await.unwrap();
     let client = launcher.client();
     assert_eq!(client.listening_ports().await.unwrap(), vec![]);
     let mut watch = client.watch_ports().await.unwrap();

@@ -479,7 +479,7 @@ async fn malformed_policies_and_unanswerable_asks_are_refused() {
 
 #[test]
 fn contradicting_flags_are_refused_naming_both() {
-    let bin = crate::binary::BIN;
+    let bin = *crate::binary::BIN;
     for (args, named) in [
         (
             &["--mcp", "--mcp-network", "--mcp-allow-host", "pypi.org"][..],

@@ -45,8 +45,8 @@ impl User {
     /// The real binary as this user, with `args` and extra environment.
     pub fn server(self, args: &[&str], env: &[(&str, &str)]) -> Binary {
         let mut command = match self {
-            User::Current => tokio::process::Command::new(BIN),
-            User::Nobody => crate::support::as_nobody(BIN),
+            User::Current => tokio::process::Command::new(*BIN),
+            User::Nobody => crate::support::as_nobody(*BIN),
         };
         command.args(args).envs(env.iter().copied()).stderr(std::process::Stdio::inherit());
         Binary::from_command(command)
@@ -517,9 +517,9 @@ async fn a_silent_helper_is_refused_after_the_report_timeout() {
 #[tokio::test]
 async fn both_executors_take_the_same_sandbox() {
     let tree = Tree::new("executors", User::Current);
-    let config = Config { sandbox_helper: Some(BIN.into()), ..Config::default() };
+    let config = Config { sandbox_helper: Some((*BIN).into()), ..Config::default() };
     let local = LocalExecutor::with_config(config).await.unwrap();
-    let launcher = Launcher::spawn(LaunchCommand::new(BIN)).await.unwrap();
+    let launcher = Launcher::spawn(LaunchCommand::new(*BIN)).await.unwrap();
     let remote = RemoteExecutor::new(launcher.client().clone());
     let script = format!(
         "echo in > {0}/$0; (echo x > {1}/file) 2>/dev/null || echo held",

@@ -560,7 +560,7 @@ async fn the_server_binary_run_inside_cannot_write_outside() {
         let input: String = requests.iter().map(|r| format!("{r}\n")).collect();
         std::fs::write(tree.w.join("requests"), input).unwrap();
         user.own(&tree.w);
-        let script = format!("{BIN} --on-eof wait < requests 2>/dev/null");
+        let script = format!("{} --on-eof wait < requests 2>/dev/null", *BIN);
         let sandbox = json!({"mode": "restricted", "writableRoots": [tree.w()]});
         let (output, code) =
             run(&mut server, sandboxed("n", &["sh", "-c", &script], tree.w(), json!({}), sandbox))
@@ -622,7 +622,7 @@ async fn a_mount_made_after_the_start_stays_out_of_the_sandbox() {
     std::fs::create_dir(&late).unwrap();
     // The server in a mount namespace of its own whose / is shared, as on systemd hosts.
     let mut command = tokio::process::Command::new("unshare");
-    command.args(["-m", "--propagation", "shared", "--", BIN]);
+    command.args(["-m", "--propagation", "shared", "--", *BIN]);
     let mut server = crate::binary::Binary::from_command(command);
     server.result("initialize", json!({"clientName": "late"})).await;
     server.send_line(r#"{"method":"initialized"}"#).await;

@@ -376,7 +376,7 @@ async fn a_daemon_refuses_another_user_and_a_public_directory() {
     );
     // nobody's bridge refuses, for its part, a socket in a directory it does not own.
     let url = format!("unix:{}", path.display());
-    let nobody = ["--reuid=nobody", "--regid=nogroup", "--clear-groups", BIN, "--connect", &url];
+    let nobody = ["--reuid=nobody", "--regid=nogroup", "--clear-groups", *BIN, "--connect", &url];
     let directory = path.parent().unwrap().display();
     refused_at_start(
         "setpriv",
@@ -387,14 +387,14 @@ async fn a_daemon_refuses_another_user_and_a_public_directory() {
     let public = scratch("daemon-public");
     std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o755)).unwrap();
     let listen = format!("unix:{}/d.sock", public.display());
-    refused_at_start(BIN, &["--listen", &listen], &format!("the socket's directory {} must belong to uid 0 and be private (mode 0700); it is uid 0, mode 755", public.display()));
+    refused_at_start(*BIN, &["--listen", &listen], &format!("the socket's directory {} must belong to uid 0 and be private (mode 0700); it is uid 0, mode 755", public.display()));
 }
 
 #[tokio::test]
 async fn a_second_daemon_on_the_same_path_is_refused_and_an_idle_one_exits() {
     let path = socket_path("idle");
     let url = format!("unix:{}", path.display());
-    let mut first = tokio::process::Command::new(BIN)
+    let mut first = tokio::process::Command::new(*BIN)
         .args(["--listen", &url, "--idle-exit", "300ms"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -410,7 +410,7 @@ async fn a_second_daemon_on_the_same_path_is_refused_and_an_idle_one_exits() {
     }
     assert_eq!(announced, format!("{url}\n"));
     let taken = format!("another exec-server already listens on {}", path.display());
-    refused_at_start(BIN, &["--listen", &url], &taken);
+    refused_at_start(*BIN, &["--listen", &url], &taken);
     // No connection and no session: it exits by itself, and its socket goes.
     let status = within("the idle daemon to exit", first.wait()).await.unwrap();
     assert_eq!(status.code(), Some(0));
@@ -476,7 +476,7 @@ async fn a_bridge_refuses_a_directory_another_user_controls_and_writes_no_log_th
     std::os::unix::fs::symlink(&victim, dir.join("d.sock.log")).unwrap();
     let url = format!("unix:{}/d.sock", dir.display());
     let owner = format!("the socket's directory {} must belong to uid 0", dir.display());
-    refused_at_start(BIN, &["--connect", &url, "--spawn-daemon"], &owner);
+    refused_at_start(*BIN, &["--connect", &url, "--spawn-daemon"], &owner);
     assert!(!victim.exists(), "the planted log link was followed");
 }
 
@@ -744,7 +744,7 @@ async fn detached_sessions_leave_room_for_connections_and_second_daemons_find_th
     // A lock file gone (a cleaner) does not let a second daemon steal the socket.
     std::fs::remove_file(format!("{}.lock", path.display())).unwrap();
     let taken = format!("another exec-server already listens on {}", path.display());
-    refused_at_start(BIN, &["--listen", &url], &taken);
+    refused_at_start(*BIN, &["--listen", &url], &taken);
     assert!(path.exists());
 }
 

@@ -129,9 +129,10 @@ async fn remote_tree(launcher: &Launcher) -> (u32, u32, u32) {
 #[tokio::test]
 async fn a_server_over_ssh_runs_commands_moves_files_and_dies_with_the_launcher() {
     let Some(sshd) = Sshd::start("launch").await else { return };
-    let launcher = within("a launch over ssh", Launcher::spawn(sshd.command().remote_program(BIN)))
-        .await
-        .unwrap();
+    let launcher =
+        within("a launch over ssh", Launcher::spawn(sshd.command().remote_program(*BIN)))
+            .await
+            .unwrap();
     let (server, child, grandchild) = remote_tree(&launcher).await;
     let fs = RemoteFileSystem::new(launcher.client().clone());
     let path = sshd.dir.join("over-ssh.txt");
@@ -146,9 +147,10 @@ async fn a_server_over_ssh_runs_commands_moves_files_and_dies_with_the_launcher(
 #[tokio::test]
 async fn a_sigkilled_ssh_client_ends_the_remote_server_and_its_tree() {
     let Some(sshd) = Sshd::start("sigkill").await else { return };
-    let launcher = within("a launch over ssh", Launcher::spawn(sshd.command().remote_program(BIN)))
-        .await
-        .unwrap();
+    let launcher =
+        within("a launch over ssh", Launcher::spawn(sshd.command().remote_program(*BIN)))
+            .await
+            .unwrap();
     let (server, child, grandchild) = remote_tree(&launcher).await;
     // SAFETY: plain kill(2) of the ssh client the launcher started.
     assert_eq!(unsafe { libc::kill(launcher.pid() as libc::pid_t, libc::SIGKILL) }, 0);
@@ -165,12 +167,12 @@ async fn a_remote_without_exec_server_gets_this_binary_installed() {
     let command = || {
         sshd.command()
             .remote_program("exec-server-not-on-this-path")
-            .install_if_missing(BIN)
+            .install_if_missing(*BIN)
             .install_dir(cache.to_str().unwrap())
     };
     let launcher = within("a self-installing launch", Launcher::spawn(command())).await.unwrap();
     let installed = cache.join("exec-server");
-    assert_eq!(std::fs::read(&installed).unwrap(), std::fs::read(BIN).unwrap());
+    assert_eq!(std::fs::read(&installed).unwrap(), std::fs::read(*BIN).unwrap());
     let mut echo = launcher
         .client()
         .start(StartParams::new("e", ["sh", "-c", "echo $PPID"], "/"))
@@ -201,7 +203,7 @@ async fn a_remote_without_exec_server_gets_this_binary_installed() {
 async fn dropping_a_persistent_launcher_ends_its_session_at_once() {
     let Some(sshd) = Sshd::start("persistent-drop").await else { return };
     let socket = sshd.dir.join("run").join("daemon.sock");
-    let command = sshd.command().remote_program(BIN).persistent_at(socket.to_str().unwrap());
+    let command = sshd.command().remote_program(*BIN).persistent_at(socket.to_str().unwrap());
     let launcher = within("a persistent launch", Launcher::spawn(command)).await.unwrap();
     let client = launcher.client().clone();
     let script = "sleep 1000 & echo $!; wait";
@@ -224,7 +226,7 @@ async fn a_persistent_launch_survives_a_killed_ssh_client_and_its_handle_sees_ev
     let socket = sshd.dir.join("run").join("daemon.sock");
     let command = sshd
         .command()
-        .remote_program(BIN)
+        .remote_program(*BIN)
         .persistent_at(socket.to_str().unwrap())
         .remote_arg("--session-ttl")
         .remote_arg("20s");

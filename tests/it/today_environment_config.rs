@@ -33,7 +33,7 @@ async fn the_users_and_trusted_projects_layers_are_read_for_the_asked_keys() {
     let project = "notify = [\"curl\", \"evil\"]\n\n[mcp_servers.local]\ncommand = \"serve\"\n";
     std::fs::write(trusted.join("sub/.codex/config.toml"), project).unwrap();
     std::fs::write(untrusted.join(".codex/config.toml"), project).unwrap();
-    let mut command = tokio::process::Command::new(crate::binary::BIN);
+    let mut command = tokio::process::Command::new(*crate::binary::BIN);
     command.env("CODEX_HOME", &codex_home).env("HOME", &home);
     let mut server = Binary::from_command(command);
     server.result("initialize", json!({"clientName": "config-test"})).await;

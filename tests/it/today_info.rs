@@ -21,7 +21,7 @@ fn passwd_shell() -> String {
 
 /// `environment/info` of a server whose TMPDIR is `tmpdir` (None: unset), run in `cwd`.
 async fn info(tmpdir: Option<&str>, cwd: &std::path::Path) -> Value {
-    let mut command = tokio::process::Command::new(BIN);
+    let mut command = tokio::process::Command::new(*BIN);
     command.current_dir(cwd).env_remove("TMPDIR");
     if let Some(tmpdir) = tmpdir {
         command.env("TMPDIR", tmpdir);
@@ -126,7 +126,7 @@ async fn prepended_directories_come_first_on_every_path() {
         ("relative", "relative is not an absolute path"),
         ("/nonexistent-dir", "cannot use /nonexistent-dir: No such file or directory (os error 2)"),
     ] {
-        let output = tokio::process::Command::new(crate::binary::BIN)
+        let output = tokio::process::Command::new(*crate::binary::BIN)
             .args(["--prepend-path", bad])
             .output()
             .await

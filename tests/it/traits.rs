@@ -63,7 +63,7 @@ async fn local_filesystem() {
 
 #[tokio::test]
 async fn remote_filesystem() {
-    let launcher = Launcher::spawn(LaunchCommand::new(BIN)).await.unwrap();
+    let launcher = Launcher::spawn(LaunchCommand::new(*BIN)).await.unwrap();
     filesystem_suite(
         RemoteFileSystem::new(launcher.client().clone()),
         &scratch("traits-remote-fs"),
@@ -78,14 +78,15 @@ async fn local_executor() {
 
 #[tokio::test]
 async fn remote_executor() {
-    let launcher = Launcher::spawn(LaunchCommand::new(BIN)).await.unwrap();
+    let launcher = Launcher::spawn(LaunchCommand::new(*BIN)).await.unwrap();
     executor_suite(RemoteExecutor::new(launcher.client().clone())).await;
 }
 
 #[tokio::test]
 async fn remote_filesystem_and_executor_over_websocket() {
-    let launcher =
-        Launcher::spawn_listening(LaunchCommand::new(BIN), ClientOptions::default()).await.unwrap();
+    let launcher = Launcher::spawn_listening(LaunchCommand::new(*BIN), ClientOptions::default())
+        .await
+        .unwrap();
     let server = launcher.pid();
     filesystem_suite(RemoteFileSystem::new(launcher.client().clone()), &scratch("traits-ws-fs"))
         .await;

@@ -301,7 +301,7 @@ async fn a_reset_on_the_remote_side_reaches_the_local_side() {
             drop(stream);
         }
     });
-    let launcher = Launcher::spawn(LaunchCommand::new(BIN)).await.unwrap();
+    let launcher = Launcher::spawn(LaunchCommand::new(*BIN)).await.unwrap();
     let client = launcher.client();
     // Through a Tunnel: the read fails with a reset.
     let mut tunnel = client.open_tunnel("127.0.0.1", port).await.unwrap();
@@ -386,14 +386,15 @@ async fn fifty_mib_through(client: &Client, name: &str) {
 
 #[tokio::test]
 async fn fifty_mib_through_a_forward_over_stdio() {
-    let launcher = Launcher::spawn(LaunchCommand::new(BIN)).await.unwrap();
+    let launcher = Launcher::spawn(LaunchCommand::new(*BIN)).await.unwrap();
     fifty_mib_through(launcher.client(), "forward-stdio").await;
 }
 
 #[tokio::test]
 async fn fifty_mib_through_a_forward_over_websocket() {
-    let launcher =
-        Launcher::spawn_listening(LaunchCommand::new(BIN), ClientOptions::default()).await.unwrap();
+    let launcher = Launcher::spawn_listening(LaunchCommand::new(*BIN), ClientOptions::default())
+        .await
+        .unwrap();
     fifty_mib_through(launcher.client(), "forward-ws").await;
 }
 
@@ -402,7 +403,7 @@ async fn fifty_mib_through_a_forward_over_the_unix_daemon() {
     let dir = scratch("forward-daemon");
     let path = dir.join("sock").join("daemon.sock");
     let url = format!("unix:{}", path.display());
-    let command = LaunchCommand::new(BIN).arg("--connect").arg(url).arg("--spawn-daemon");
+    let command = LaunchCommand::new(*BIN).arg("--connect").arg(url).arg("--spawn-daemon");
     let launcher = Launcher::spawn(command).await.unwrap();
     let daemon = peer_pid(&path);
     fifty_mib_through(launcher.client(), "forward-daemon-files").await;
@@ -440,7 +441,7 @@ async fn numbered_server() -> u16 {
 
 #[tokio::test]
 async fn a_hundred_concurrent_connections_through_one_forward_all_complete() {
-    let launcher = Launcher::spawn(LaunchCommand::new(BIN)).await.unwrap();
+    let launcher = Launcher::spawn(LaunchCommand::new(*BIN)).await.unwrap();
     let client = launcher.client();
     let port = numbered_server().await;
     let forward = client.forward("127.0.0.1:0", "127.0.0.1", port).await.unwrap();
@@ -560,7 +561,7 @@ async fn a_small_server_room_still_carries_a_tunnel() {
 #[tokio::test]
 async fn tunnels_dropped_or_cancelled_at_once_are_closed_and_free_their_slots() {
     let echo = echo_server().await;
-    let launcher = Launcher::spawn(LaunchCommand::new(BIN)).await.unwrap();
+    let launcher = Launcher::spawn(LaunchCommand::new(*BIN)).await.unwrap();
     let client = launcher.client();
     // More than the server's 256 per connection, each dropped right after it opened.
     for _ in 0..300 {

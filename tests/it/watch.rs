@@ -38,7 +38,7 @@ async fn collect_until(watch: &mut Watch, until: &Path) -> BTreeMap<PathBuf, Vec
 }
 
 async fn launch() -> Launcher {
-    Launcher::spawn(LaunchCommand::new(BIN)).await.unwrap()
+    Launcher::spawn(LaunchCommand::new(*BIN)).await.unwrap()
 }
 
 #[tokio::test]

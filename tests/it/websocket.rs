@@ -28,7 +28,7 @@ impl WsServer {
 
     /// With extra environment and the given stdin (a pipe stays in `child.stdin`).
     pub async fn start_with(args: &[&str], env: &[(&str, &str)], stdin: Stdio) -> WsServer {
-        let mut child = tokio::process::Command::new(BIN)
+        let mut child = tokio::process::Command::new(*BIN)
             .args(args)
             .envs(env.iter().copied())
             .stdin(stdin)
@@ -190,7 +190,7 @@ async fn web_pages_are_refused() {
 
 #[tokio::test]
 async fn off_loopback_needs_a_token_and_checks_it() {
-    let output = tokio::process::Command::new(BIN)
+    let output = tokio::process::Command::new(*BIN)
         .args(["--listen", "ws://0.0.0.0:0"])
         .stdin(Stdio::null())
         .output()
