@@ -33,6 +33,47 @@ pub enum Error {
     /// The server sent something that does not fit the protocol.
     #[error("protocol violation: {0}")]
     Protocol(String),
+    /// The container engine's program is not installed (`docker`, `podman`, `kubectl`).
+    #[error("{engine} is not installed here: cannot start {program}: {source}")]
+    EngineMissing {
+        /// The engine.
+        engine: String,
+        /// The program tried.
+        program: String,
+        /// The OS's answer.
+        #[source]
+        source: io::Error,
+    },
+    /// The container (or pod) is not running, or does not exist.
+    #[error("the container {target} is not running ({engine} said: {stderr})")]
+    ContainerNotRunning {
+        /// The engine.
+        engine: String,
+        /// The container or pod named.
+        target: String,
+        /// What the engine wrote on stderr.
+        stderr: String,
+    },
+    /// The server could not be installed: the directory was refused (a
+    /// read-only root file system, say).
+    #[error("cannot install exec-server into {path} (read-only, or not the launching user's?); give another directory with install_dir(..) ({stderr})")]
+    InstallRefused {
+        /// The directory tried.
+        path: String,
+        /// What the remote side wrote on stderr.
+        stderr: String,
+    },
+    /// The server is missing on the other side, which runs another
+    /// architecture than this machine: this binary cannot be installed there.
+    #[error("exec-server is not installed on the remote, which is `{remote}`; this machine is `{local}`, so its binary cannot be installed there ({stderr})")]
+    ArchitectureMismatch {
+        /// `uname -sm` there.
+        remote: String,
+        /// `uname -sm` here.
+        local: String,
+        /// What the remote side wrote on stderr.
+        stderr: String,
+    },
     /// A deadline passed.
     #[error("timed out after {timeout:?} waiting for {what}")]
     Timeout {

@@ -1,5 +1,6 @@
 //! The launcher: spawns a server command, connects a [`Client`], and owns the server's lifetime.
 
+mod container;
 mod os;
 mod ssh;
 
@@ -15,6 +16,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWrite, BufReader};
 use tokio::process::{Child, ChildStdin};
 use tokio::task::JoinHandle;
 
+pub use self::container::{ContainerCommand, Engine};
 use self::ssh::SelfInstall;
 pub use self::ssh::SshCommand;
 use crate::client::{lock, Client, ClientOptions};
@@ -44,6 +46,8 @@ pub struct LaunchCommand {
     pub(crate) persistent: bool,
     /// Where [`LaunchCommand::exec_server`] looked in vain, for the error.
     pub(crate) searched: Option<String>,
+    /// A container launch: what its errors name (set by [`LaunchCommand::container`]).
+    pub(crate) container: Option<container::Facts>,
 }
 
 impl LaunchCommand {
@@ -57,6 +61,7 @@ impl LaunchCommand {
             self_install: None,
             persistent: false,
             searched: None,
+            container: None,
         }
     }
 
@@ -66,6 +71,15 @@ impl LaunchCommand {
     /// self-install; it converts into a `LaunchCommand`.
     pub fn ssh(destination: impl Into<String>) -> SshCommand {
         SshCommand::new(destination)
+    }
+
+    /// `exec-server` inside a running container or pod, through its engine:
+    /// `docker exec -i TARGET exec-server`, `podman exec -i ...`, `kubectl
+    /// exec -i POD [-c CONTAINER] -- exec-server`, never with a tty. The
+    /// builder sets exec options, the program and its arguments, and the
+    /// opt-in install of a static binary; it converts into a `LaunchCommand`.
+    pub fn container(engine: Engine, target: impl Into<String>) -> ContainerCommand {
+        ContainerCommand::new(engine, target)
     }
 
     /// The `exec-server` binary: `$EXEC_SERVER_BIN` if set, else the one next to
@@ -190,11 +204,12 @@ impl Launcher {
         if command.persistent {
             return Launcher::persistent(command, started, options).await;
         }
-        let Started { child, stdin, stdout, stderr, pid } = started;
+        let Started { child, stdin, stdout, stderr, pid, tail } = started;
         let stdin = Arc::new(Mutex::new(Some(stdin)));
         let writer = SharedStdin(stdin.clone());
         let connected = Client::connect_with(stdout, writer, options).await;
-        Launcher::own(connected, child, stdin, pid, stderr, None).await
+        let explained = command.container.clone().map(|facts| (facts, tail));
+        Launcher::own(connected, child, (stdin, pid), (stderr, explained), None).await
     }
 
     /// The launcher of a stdio server (or, with `bridges`, the first bridge of
@@ -203,9 +218,8 @@ impl Launcher {
     async fn own(
         connected: Result<Client, Error>,
         mut child: Child,
-        stdin: Arc<Mutex<Option<ChildStdin>>>,
-        pid: u32,
-        stderr: JoinHandle<()>,
+        (stdin, pid): (Arc<Mutex<Option<ChildStdin>>>, u32),
+        (stderr, explained): (JoinHandle<()>, Option<(container::Facts, Tail)>),
         bridges: Option<Bridges>,
     ) -> Result<Launcher, Error> {
         match connected {
@@ -216,8 +230,7 @@ impl Launcher {
             Err(error) => {
                 let _ = child.start_kill();
                 let _ = child.wait().await;
-                stderr.abort();
-                Err(error)
+                Err(explain(error, stderr, explained).await)
             }
         }
     }
@@ -259,7 +272,8 @@ impl Launcher {
         started: Started,
         options: ClientOptions,
     ) -> Result<Launcher, Error> {
-        let Started { child, stdin, stdout, stderr, pid } = started;
+        let Started { child, stdin, stdout, stderr, pid, tail } = started;
+        let explained = command.container.clone().map(|facts| (facts, tail));
         let first = crate::client::Transport {
             reader: Box::new(stdout),
             writer: Box::new(stdin),
@@ -289,7 +303,8 @@ impl Launcher {
         });
         let connected = Client::connect_resumable(connector, options).await;
         // The client owns the first bridge's stdin (`Connector`), not the launcher.
-        Launcher::own(connected, child, Arc::default(), pid, stderr, Some(bridges)).await
+        Launcher::own(connected, child, (Arc::default(), pid), (stderr, explained), Some(bridges))
+            .await
     }
 }
 
@@ -303,6 +318,32 @@ struct Started {
     stdout: tokio::process::ChildStdout,
     stderr: JoinHandle<()>,
     pid: u32,
+    /// The last lines the server (or its engine) wrote on stderr.
+    tail: Tail,
+}
+
+/// The last lines of a server's stderr, kept for a failed launch's error.
+type Tail = Arc<Mutex<std::collections::VecDeque<String>>>;
+/// Lines of stderr kept.
+const TAIL_LINES: usize = 8;
+
+/// `error` of a launch that failed, with what its engine said (a container
+/// launch); the stderr forwarder is given a moment to read the rest.
+async fn explain(
+    error: Error,
+    stderr: JoinHandle<()>,
+    explained: Option<(container::Facts, Tail)>,
+) -> Error {
+    let Some((facts, tail)) = explained else {
+        stderr.abort();
+        return error;
+    };
+    let abort = stderr.abort_handle();
+    if tokio::time::timeout(Duration::from_secs(2), stderr).await.is_err() {
+        abort.abort();
+    }
+    let said = lock(&tail).iter().cloned().collect::<Vec<_>>().join("\n");
+    container::explain(&facts, error, said)
 }
 
 impl Started {
@@ -323,10 +364,15 @@ impl Started {
             // The backstop if the reaper task never runs (its runtime shut down).
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| match (&command.searched, e.kind()) {
-                (Some(searched), io::ErrorKind::NotFound) => {
+            .map_err(|e| match (&command.searched, &command.container, e.kind()) {
+                (Some(searched), _, io::ErrorKind::NotFound) => {
                     Error::io(format!("cannot start {program} ({searched})"), e)
                 }
+                (_, Some(facts), io::ErrorKind::NotFound) => Error::EngineMissing {
+                    engine: facts.engine.program().to_owned(),
+                    program: program.clone(),
+                    source: e,
+                },
                 _ => Error::io(format!("cannot start {program}"), e),
             })?;
         let pid = child
@@ -336,8 +382,9 @@ impl Started {
         let stdin = child.stdin.take().ok_or_else(missing)?;
         let stdout = child.stdout.take().ok_or_else(missing)?;
         let stderr = child.stderr.take().ok_or_else(missing)?;
-        let stderr = tokio::spawn(forward_stderr(stderr, pid));
-        Ok(Started { child, stdin, stdout, stderr, pid })
+        let tail = Tail::default();
+        let stderr = tokio::spawn(forward_stderr(stderr, pid, tail.clone()));
+        Ok(Started { child, stdin, stdout, stderr, pid, tail })
     }
 
     /// Spawns `command` and runs its install dialogue, if any.
@@ -346,19 +393,24 @@ impl Started {
         if let Some(install) = &command.self_install {
             let dialogue = ssh::self_install(install, &mut started.stdout, &mut started.stdin);
             if let Err(error) = dialogue.await {
-                return Err(started.abandon(error).await);
+                let explained = command.container.clone();
+                return Err(started.abandon_explained(error, explained).await);
             }
         }
         Ok(started)
     }
 
     /// Kills and reaps the server after a failed start, and returns `error`.
-    async fn abandon(mut self, error: Error) -> Error {
+    async fn abandon(self, error: Error) -> Error {
+        self.abandon_explained(error, None).await
+    }
+
+    /// [`Started::abandon`], the error read against the engine's stderr (a container launch).
+    async fn abandon_explained(mut self, error: Error, facts: Option<container::Facts>) -> Error {
         os::signal_group(self.pid, os::Ending::Kill);
         let _ = self.child.start_kill();
         let _ = self.child.wait().await;
-        self.stderr.abort();
-        error
+        explain(error, self.stderr, facts.map(|facts| (facts, self.tail))).await
     }
 }
 
@@ -516,9 +568,16 @@ impl AsyncWrite for SharedStdin {
     }
 }
 
-async fn forward_stderr(stderr: tokio::process::ChildStderr, pid: u32) {
+async fn forward_stderr(stderr: tokio::process::ChildStderr, pid: u32, tail: Tail) {
     let mut lines = BufReader::new(stderr).lines();
     while let Ok(Some(line)) = lines.next_line().await {
+        {
+            let mut tail = lock(&tail);
+            if tail.len() == TAIL_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(line.chars().take(512).collect());
+        }
         tracing::info!(target: "exec_server::server_stderr", server_pid = pid, "{line}");
     }
 }

@@ -113,7 +113,9 @@ pub use crate::executor::{Executor, RemoteExecutor};
 #[cfg(feature = "server")]
 pub use crate::filesystem::LocalFileSystem;
 pub use crate::filesystem::{FileSystem, RemoteFileSystem};
-pub use crate::launcher::{LaunchCommand, Launcher, Shutdown, SshCommand};
+pub use crate::launcher::{
+    ContainerCommand, Engine, LaunchCommand, Launcher, Shutdown, SshCommand,
+};
 pub use crate::protocol::{
     Access, AccessEntry, LimitHit, Network, NetworkPolicy, ProcessLimits, Sandbox, SandboxMode,
     SandboxType, StartMetadata, StartParams, TtySize,

@@ -26,6 +26,8 @@ use crate::error::Error;
 const READY: &str = "exec-server-launch:ready";
 /// The marker the remote script prints when it needs the binary.
 const NEED: &str = "exec-server-launch:need ";
+/// The marker the remote script prints when it cannot write the install directory.
+const REFUSED: &str = "exec-server-launch:cannot-install ";
 
 /// `exec-server` on another machine over OpenSSH; see [`LaunchCommand::ssh`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,33 +136,42 @@ impl SshCommand {
 
     fn remote_command(&self) -> String {
         let remote_args = self.all_remote_args();
-        let mut words = vec![quote(&self.remote_program)];
-        words.extend(remote_args.iter().map(|a| quote(a)));
-        let run = words.join(" ");
         if self.install.is_none() {
-            return run;
+            let mut words = vec![quote(&self.remote_program)];
+            words.extend(remote_args.iter().map(|a| quote(a)));
+            return words.join(" ");
         }
-        let version = env!("CARGO_PKG_VERSION");
-        let dir = match &self.install_dir {
-            Some(dir) => quote(dir),
-            None => format!("\"${{XDG_CACHE_HOME:-$HOME/.cache}}/exec-server/{version}\""),
-        };
-        let args = remote_args.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" ");
-        let script = format!(
-            "prog={program}; dir={dir}; bin=\"$dir/exec-server\"\n\
-             if command -v \"$prog\" >/dev/null 2>&1; then echo {READY}; exec {run}; fi\n\
-             if [ -x \"$bin\" ]; then echo {READY}; exec \"$bin\" {args}; fi\n\
-             echo \"{NEED}$(uname -sm)\"\n\
-             read -r size || exit 3\n\
-             case \"$size\" in ''|*[!0-9]*) exit 3;; esac\n\
-             mkdir -p \"$dir\" || exit 4\n\
-             head -c \"$size\" > \"$bin.$$\" && chmod 755 \"$bin.$$\" && mv \"$bin.$$\" \"$bin\" || exit 4\n\
-             echo {READY}\n\
-             exec \"$bin\" {args}",
-            program = quote(&self.remote_program),
-        );
+        let script =
+            install_script(&self.remote_program, self.install_dir.as_deref(), &remote_args);
         format!("sh -c {}", quote(&script))
     }
+}
+
+/// The `sh` script of a self-install (see the module's doc): runs `program`
+/// when it is on PATH or installed in `dir` (default: the per-user cache,
+/// versioned, so another version is installed beside), else asks for the
+/// binary. A directory it cannot write is named on stdout before it exits.
+pub(super) fn install_script(program: &str, dir: Option<&str>, args: &[String]) -> String {
+    let version = env!("CARGO_PKG_VERSION");
+    let dir = match dir {
+        Some(dir) => quote(dir),
+        None => format!("\"${{XDG_CACHE_HOME:-${{HOME:-/tmp}}/.cache}}/exec-server/{version}\""),
+    };
+    let args = args.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" ");
+    format!(
+        "prog={program}; dir={dir}; bin=\"$dir/exec-server\"\n\
+         if command -v \"$prog\" >/dev/null 2>&1; then echo {READY}; exec \"$prog\" {args}; fi\n\
+         if [ -x \"$bin\" ]; then echo {READY}; exec \"$bin\" {args}; fi\n\
+         echo \"{NEED}$(uname -sm)\"\n\
+         read -r size || exit 3\n\
+         case \"$size\" in ''|*[!0-9]*) exit 3;; esac\n\
+         refused() {{ echo \"{REFUSED}$dir\"; exit 4; }}\n\
+         mkdir -p \"$dir\" || refused\n\
+         head -c \"$size\" > \"$bin.$$\" && chmod 755 \"$bin.$$\" && mv \"$bin.$$\" \"$bin\" || {{ rm -f \"$bin.$$\"; refused; }}\n\
+         echo {READY}\n\
+         exec \"$bin\" {args}",
+        program = quote(program),
+    )
 }
 
 impl From<SshCommand> for LaunchCommand {
@@ -200,15 +211,20 @@ where
         if line == READY {
             return Ok(());
         }
+        if let Some(dir) = line.strip_prefix(REFUSED) {
+            return Err(Error::InstallRefused { path: dir.to_owned(), stderr: String::new() });
+        }
         let Some(remote) = line.strip_prefix(NEED) else {
             tracing::debug!(%line, "ignoring a line before the server started");
             continue;
         };
         let local = super::os::local_uname();
         if remote.trim() != local {
-            return Err(Error::Protocol(format!(
-                "exec-server is not installed on the remote, which is `{remote}`; this machine is `{local}`, so its binary cannot be installed there"
-            )));
+            return Err(Error::ArchitectureMismatch {
+                remote: remote.trim().to_owned(),
+                local,
+                stderr: String::new(),
+            });
         }
         let bytes = tokio::fs::read(&install.binary).await.map_err(|e| {
             Error::io(format!("cannot read {} to install it", install.binary.display()), e)
