@@ -8,18 +8,20 @@
 mod guard;
 mod rules;
 
-pub(crate) use self::rules::{Rules, Verdict};
+pub(crate) use self::rules::{checked_host, Rules, Verdict};
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use tokio::net::TcpStream;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// Lookups under way at once in the whole server: each takes a blocking
-/// thread, and the blocking pool is shared with fs calls.
-const MAX_LOOKUPS: usize = 32;
+/// Lookups under way at once in the whole server. Each runs on a thread of
+/// its own (not the runtime's blocking pool, which fs calls need), and holds
+/// its slot until getaddrinfo returns, however long a resolver makes it
+/// take: a caller that gave up does not free the slot early.
+const MAX_LOOKUPS: usize = 16;
 static LOOKUPS: Semaphore = Semaphore::const_new(MAX_LOOKUPS);
 
 /// Which addresses a dial may reach.
@@ -63,8 +65,11 @@ pub(crate) async fn resolve(
     host: &str,
     port: u16,
     reach: Reach,
+    slot: Option<OwnedSemaphorePermit>,
 ) -> Result<Vec<SocketAddr>, DialError> {
-    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host).to_owned();
+    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    // A name's final dot is the root's: `/etc/hosts` lists names without it.
+    let bare = bare.strip_suffix('.').unwrap_or(bare).to_owned();
     let work = move || -> Result<Vec<SocketAddr>, DialError> {
         let addresses: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
             Ok(ip) => vec![SocketAddr::new(ip, port)],
@@ -87,21 +92,33 @@ pub(crate) async fn resolve(
         }
         Ok(addresses)
     };
-    let _turn = LOOKUPS.acquire().await.map_err(|e| DialError::Connect(io::Error::other(e)))?;
-    tokio::task::spawn_blocking(work)
-        .await
-        .unwrap_or_else(|e| Err(DialError::Connect(io::Error::other(e.to_string()))))
+    let turn = LOOKUPS.acquire().await.map_err(|e| DialError::Connect(io::Error::other(e)))?;
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    let lookup = move || {
+        let result = work();
+        // Both slots are held until the lookup has really ended.
+        drop((turn, slot));
+        let _ = answer.send(result);
+    };
+    std::thread::Builder::new()
+        .name("exec-server-lookup".to_owned())
+        .spawn(lookup)
+        .map_err(|e| DialError::Resolve(host.to_owned(), e))?;
+    answered.await.unwrap_or_else(|_| {
+        Err(DialError::Connect(io::Error::other("the lookup thread ended without an answer")))
+    })
 }
 
-/// [`resolve`] then [`connect`], both within `timeout`.
+/// [`resolve`] then [`connect`], both within `timeout`; `slot`, when given,
+/// is held until the lookup ends (see [`resolve`]).
 pub(crate) async fn dial(
     host: &str,
     port: u16,
-    reach: Reach,
+    (reach, slot): (Reach, Option<OwnedSemaphorePermit>),
     timeout: Duration,
 ) -> Result<TcpStream, DialError> {
     let attempt = async {
-        let addresses = resolve(host, port, reach).await?;
+        let addresses = resolve(host, port, reach, slot).await?;
         connect(&addresses, timeout).await
     };
     tokio::time::timeout(timeout, attempt).await.unwrap_or_else(|_| {

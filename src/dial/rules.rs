@@ -140,7 +140,8 @@ impl Wanted {
     fn of(host: &str) -> Wanted {
         let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
         match bare.parse::<IpAddr>() {
-            Ok(ip) => Wanted::Ip(ip),
+            // `[::ffff:10.0.0.1]` is 10.0.0.1, and matches (or is denied) as it.
+            Ok(ip) => Wanted::Ip(ip.to_canonical()),
             Err(_) => Wanted::Name(bare.trim_end_matches('.').to_ascii_lowercase()),
         }
     }
@@ -155,9 +156,13 @@ impl Pattern {
         let (host, port) = split_port(text).map_err(bad)?;
         let host = if let Some(v6) = host.strip_prefix('[') {
             let v6 = v6.strip_suffix(']').ok_or_else(|| bad("an unclosed `[`"))?;
-            Host::Ip(IpAddr::V6(
-                v6.parse::<Ipv6Addr>().map_err(|_| bad("not an IPv6 address inside `[...]`"))?,
-            ))
+            Host::Ip(
+                IpAddr::V6(
+                    v6.parse::<Ipv6Addr>()
+                        .map_err(|_| bad("not an IPv6 address inside `[...]`"))?,
+                )
+                .to_canonical(),
+            )
         } else if let Ok(v4) = host.parse::<Ipv4Addr>() {
             Host::Ip(IpAddr::V4(v4))
         } else if let Some(name) = host.strip_prefix("*.") {
@@ -209,7 +214,7 @@ fn split_port(text: &str) -> Result<(&str, Option<u16>), &'static str> {
 }
 
 /// A host name: lowercase, without its trailing dot, of letters, digits,
-/// `-` and `_` in non-empty labels.
+/// `-` and `_` in non-empty labels, the last not starting with a digit.
 fn checked_name(name: &str) -> Result<String, &'static str> {
     let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
     let label_ok = |label: &str| {
@@ -220,7 +225,27 @@ fn checked_name(name: &str) -> Result<String, &'static str> {
     if name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
         return Err("a host name is dot-separated labels of letters, digits, `-` and `_` (`*` only as a leading `*.`)");
     }
+    // `2130706433`, `10.1`, `0x7f.1` or `012.0.0.1`: the resolver reads
+    // them as addresses; no top-level domain starts with a digit.
+    if name.rsplit('.').next().is_some_and(|last| last.starts_with(|c: char| c.is_ascii_digit())) {
+        return Err(
+            "an IPv4 address is written as four decimal numbers (1.2.3.4), an IPv6 one in brackets",
+        );
+    }
     Ok(name)
+}
+
+/// Whether a requested `host` may be decided at all: an IP literal
+/// (brackets optional for IPv6), or a host name as [`checked_name`] takes
+/// it. Anything else (control characters, 64 KiB of text, an address in a
+/// form only the resolver reads) is refused before the policy, the client
+/// or the resolver see it.
+pub(crate) fn checked_host(host: &str) -> Result<(), &'static str> {
+    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    if bare.parse::<IpAddr>().is_ok() {
+        return Ok(());
+    }
+    checked_name(host).map(|_| ())
 }
 
 #[cfg(test)]
@@ -280,6 +305,22 @@ mod tests {
     }
 
     #[test]
+    fn other_spellings_of_an_address_are_the_address_or_refused() {
+        let rules = rules(&[], &["10.46.0.3", "[::ffff:10.46.0.4]"], true);
+        for host in ["[::ffff:10.46.0.3]", "::ffff:10.46.0.3", "10.46.0.3"] {
+            assert_eq!(rules.decide(host, 80), Verdict::Refused("denied by rule 10.46.0.3".into()));
+        }
+        assert!(matches!(rules.decide("10.46.0.4", 80), Verdict::Refused(_)));
+        for host in ["170786819", "0x0a2e0003", "10.46.3", "012.056.0.3", "a\nb", &"a".repeat(300)]
+        {
+            assert!(checked_host(host).is_err(), "{host}");
+        }
+        for host in ["pypi.org", "PyPI.org.", "[::1]", "::1", "1.2.3.4", "under_score.example"] {
+            assert_eq!(checked_host(host), Ok(()), "{host}");
+        }
+    }
+
+    #[test]
     fn a_narrowed_policy_needs_both() {
         let server = rules(&["*.org"], &[], false);
         let start = rules(&["pypi.org", "example.com"], &[], true);
@@ -301,6 +342,10 @@ mod tests {
             ("a..b", "a host name is dot-separated labels of letters, digits, `-` and `_` (`*` only as a leading `*.`)"),
             ("*", "a host name is dot-separated labels of letters, digits, `-` and `_` (`*` only as a leading `*.`)"),
             ("a.*.b", "a host name is dot-separated labels of letters, digits, `-` and `_` (`*` only as a leading `*.`)"),
+            ("2130706433", "an IPv4 address is written as four decimal numbers (1.2.3.4), an IPv6 one in brackets"),
+            ("0x7f.1", "an IPv4 address is written as four decimal numbers (1.2.3.4), an IPv6 one in brackets"),
+            ("01.2.3.4", "an IPv4 address is written as four decimal numbers (1.2.3.4), an IPv6 one in brackets"),
+            ("*.1.2.3.4", "an IPv4 address is written as four decimal numbers (1.2.3.4), an IPv6 one in brackets"),
         ];
         for (pattern, reason) in cases {
             let policy = NetworkPolicy { allow: vec![pattern.into()], ..NetworkPolicy::default() };

@@ -44,7 +44,8 @@ pub(super) async fn exchange(
         Some(Host::Ipv6(ip)) => ip.to_string(),
         None => return Err(format!("{url} has no host")),
     };
-    let dialled = crate::dial::dial(&host, port, crate::dial::Reach::Anywhere, CONNECT_TIMEOUT);
+    let reach = (crate::dial::Reach::Anywhere, None);
+    let dialled = crate::dial::dial(&host, port, reach, CONNECT_TIMEOUT);
     let stream =
         dialled.await.map_err(|e| format!("cannot connect to {}: {}", authority(url), shown(e)))?;
     let _ = stream.set_nodelay(true);

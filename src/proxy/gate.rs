@@ -33,6 +33,8 @@ pub(super) struct Gate {
     account: Arc<Account>,
     /// What the client decided, by lowercase host and port.
     decided: Mutex<HashMap<(String, u16), bool>>,
+    /// This process's lookup under way (one at a time).
+    lookups: Arc<Semaphore>,
 }
 
 /// A connection that may go: the upstream stream, its slot and its bytes.
@@ -49,6 +51,8 @@ pub(super) enum Refused {
     Policy(String),
     /// Allowed, but the dial failed.
     Dial(DialError),
+    /// The host is not a host name or an IP literal.
+    Malformed(String),
 }
 
 impl Gate {
@@ -65,6 +69,7 @@ impl Gate {
             room,
             account,
             decided: Mutex::new(HashMap::new()),
+            lookups: Arc::new(Semaphore::new(1)),
         }
     }
 
@@ -74,12 +79,21 @@ impl Gate {
         Held::try_take(&[&self.room], &self.account, bytes)
     }
 
-    /// Decides, then dials, `host:port`; reported either way.
+    /// Decides, then dials, `host:port`; reported either way (a host that
+    /// is not one is reported escaped and cut short).
     pub(super) async fn admit(&self, host: &str, port: u16) -> Result<Admitted, Refused> {
+        if let Err(why) = dial::checked_host(host) {
+            let shown: String = host.escape_default().take(80).collect();
+            let reason = format!("not a host name or an IP literal: {why}");
+            let report =
+                Report::Connection { host: shown, port, allowed: false, reason: reason.clone() };
+            (self.reporter)(report).await;
+            return Err(Refused::Malformed(reason));
+        }
         let outcome = self.decide_and_dial(host, port).await;
         let (allowed, reason) = match &outcome {
             Ok((_, reason)) => (true, reason.clone()),
-            Err(Refused::Policy(reason)) => (false, reason.clone()),
+            Err(Refused::Policy(reason) | Refused::Malformed(reason)) => (false, reason.clone()),
             Err(Refused::Dial(error)) => (false, format!("cannot connect: {error}")),
         };
         let report = Report::Connection { host: host.to_owned(), port, allowed, reason };
@@ -103,7 +117,16 @@ impl Gate {
                 "the server holds all the buffered bytes it may (--max-retained-bytes)".to_owned(),
             )
         })?;
-        let upstream = match dial::dial(host, port, Reach::OffHost, CONNECT_TIMEOUT).await {
+        // One lookup of this process at a time, held until it ends: a
+        // resolver that never answers takes one lookup slot per process.
+        let waited = tokio::time::timeout(CONNECT_TIMEOUT, self.lookups.clone().acquire_owned());
+        let lookup = waited.await.map_err(|_| {
+            let waiting = "this process's previous lookup has not ended".to_owned();
+            Refused::Dial(DialError::Resolve(host.to_owned(), std::io::Error::other(waiting)))
+        })?;
+        let lookup = lookup.ok();
+        let reach = (Reach::OffHost, lookup);
+        let upstream = match dial::dial(host, port, reach, CONNECT_TIMEOUT).await {
             Ok(upstream) => upstream,
             Err(DialError::ThisHost) => {
                 return Err(Refused::Policy(DialError::ThisHost.to_string()))

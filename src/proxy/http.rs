@@ -29,7 +29,10 @@ enum Asked {
 
 pub(super) async fn serve(mut stream: TcpStream, gate: &Gate) {
     // The head's buffer is held in the server's room while it is read.
-    let Some(_held) = gate.hold(MAX_HEAD + CHUNK) else { return };
+    let Some(_held) = gate.hold(MAX_HEAD + CHUNK) else {
+        let full = "exec-server refused the request: the server holds all the buffered bytes it may (--max-retained-bytes)";
+        return respond(&mut stream, 403, full).await;
+    };
     let mut buffer = Vec::with_capacity(CHUNK);
     let head_end =
         match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut stream, &mut buffer)).await {
@@ -57,6 +60,10 @@ pub(super) async fn serve(mut stream: TcpStream, gate: &Gate) {
         Err(Refused::Dial(error)) => {
             let text = format!("exec-server cannot connect to {shown}: {error}");
             return respond(&mut stream, 502, &text).await;
+        }
+        Err(Refused::Malformed(reason)) => {
+            return respond(&mut stream, 400, &format!("exec-server refused the request: {reason}"))
+                .await
         }
     };
     match asked {
@@ -119,20 +126,19 @@ fn parse(head: &[u8]) -> Result<Asked, &'static str> {
     };
     let path = if path.starts_with('?') { format!("/{path}") } else { path.to_owned() };
     let (host, port) = authority(authority_text, Some(80)).ok_or("a malformed host in the URL")?;
-    let mut out = format!("{method} {path} {version}\r\n");
-    let mut has_host = false;
+    // The Host header is the URL's authority, the host decided (a
+    // different one from the program is dropped).
+    let mut out = format!("{method} {path} {version}\r\nHost: {authority_text}\r\n");
     for header in lines.filter(|l| !l.is_empty()) {
         let name = header.split(':').next().unwrap_or_default().trim().to_ascii_lowercase();
-        match name.as_str() {
-            "proxy-connection" | "proxy-authorization" | "connection" | "keep-alive" => continue,
-            "host" => has_host = true,
-            _ => {}
+        if matches!(
+            name.as_str(),
+            "proxy-connection" | "proxy-authorization" | "connection" | "keep-alive" | "host"
+        ) {
+            continue;
         }
         out.push_str(header);
         out.push_str("\r\n");
-    }
-    if !has_host {
-        out.push_str(&format!("Host: {authority_text}\r\n"));
     }
     out.push_str("Connection: close\r\n\r\n");
     Ok(Asked::Forward { host, port, head: out.into_bytes() })
@@ -209,6 +215,13 @@ mod tests {
                 head: b"GET / HTTP/1.0\r\nHost: example.com\r\nConnection: close\r\n\r\n".to_vec(),
             })
         );
+    }
+
+    #[test]
+    fn the_host_header_is_the_decided_host() {
+        let head = b"GET http://allowed.test/x HTTP/1.1\r\nHost: evil.test\r\nhost: other\r\n\r\n";
+        let Ok(Asked::Forward { head, .. }) = parse(head) else { panic!("not forwarded") };
+        assert_eq!(head, b"GET /x HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n");
     }
 
     #[test]

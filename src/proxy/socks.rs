@@ -41,7 +41,7 @@ pub(super) async fn serve(mut stream: TcpStream, gate: &Gate) {
                 super::splice::splice(stream, admitted, &[]).await;
             }
         }
-        Err(Refused::Policy(_)) => reply(&mut stream, NOT_ALLOWED).await,
+        Err(Refused::Policy(_) | Refused::Malformed(_)) => reply(&mut stream, NOT_ALLOWED).await,
         Err(Refused::Dial(error)) => reply(&mut stream, code_of(&error)).await,
     }
 }

@@ -89,7 +89,7 @@ pub(super) async fn connect(target: Target) -> io::Result<tokio::net::TcpStream>
     let attempt = async {
         let addresses = match target {
             Target::Addresses(addresses) => addresses,
-            Target::Name(name, port) => dial::resolve(&name, port, Reach::Anywhere).await?,
+            Target::Name(name, port) => dial::resolve(&name, port, Reach::Anywhere, None).await?,
         };
         dial::connect(&addresses, TUNNEL_CONNECT_TIMEOUT).await
     };

@@ -235,10 +235,25 @@ impl TestHosts {
         hosts_file: &std::path::Path,
         args: &[&str],
     ) -> tokio::process::Command {
+        self.command_with_files(hosts_file, None, args)
+    }
+
+    /// [`TestHosts::command_with_hosts`], with `resolv` bind-mounted on
+    /// /etc/resolv.conf too when given.
+    pub fn command_with_files(
+        &self,
+        hosts_file: &std::path::Path,
+        resolv: Option<&std::path::Path>,
+        args: &[&str],
+    ) -> tokio::process::Command {
         let mut command = tokio::process::Command::new("nsenter");
         command.arg(format!("--net=/run/netns/{}", self.host)).arg("--");
         command.args(["unshare", "--mount", "--propagation", "private", "--"]);
-        command.args(["sh", "-c", "mount --bind \"$0\" /etc/hosts && exec \"$@\""]);
+        let resolv = resolv.map_or(String::new(), |r| {
+            format!("mount --bind '{}' /etc/resolv.conf && ", r.display())
+        });
+        let script = format!("mount --bind \"$0\" /etc/hosts && {resolv}exec \"$@\"");
+        command.args(["sh", "-c", &script]);
         command.arg(hosts_file).arg(*BIN).args(args).stderr(Stdio::inherit());
         command
     }

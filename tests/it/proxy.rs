@@ -509,3 +509,138 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+#[tokio::test]
+async fn hosts_that_are_not_hosts_are_refused_unasked_and_other_spellings_are_the_address() {
+    let Some(setup) = setup("spellings").await else { return };
+    let init = json!({"networkDecisions": true});
+    let mut server = setup.hosts.server_with_hosts(&setup.hosts_file, &[], init).await;
+    let far = setup.hosts.far;
+    let network = json!({"allow": ["allowed.test"], "deny": [far.to_string()], "ask": true, "askTimeoutMs": 5000});
+    // Raw requests: a CONNECT whose host carries terminal escapes, a SOCKS
+    // name with a newline, the denied address as a v4-mapped literal, and
+    // two forms only the resolver reads as that address.
+    let script = format!(
+        r#"
+import socket
+def http(line):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(line.encode() + b"\r\n\r\n")
+    data = b""
+    while True:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    print(data.split(b"\r\n")[0].decode(), "|", data.split(b"\r\n\r\n", 1)[1].decode().strip())
+def socks(name):
+    s = socket.create_connection(("127.0.0.1", 1080))
+    s.sendall(b"\x05\x01\x00")
+    s.recv(2)
+    s.sendall(b"\x05\x01\x00\x03" + bytes([len(name)]) + name + b"\x00\x50")
+    print("socks", s.recv(10)[1])
+http("CONNECT pypi.org\x1b[2Kevil:443 HTTP/1.1")
+socks(b"pypi.org\n[ok] allowed")
+http("GET http://[::ffff:{far}]:8080/s1 HTTP/1.1")
+http("GET http://170786819:8080/s2 HTTP/1.1")
+http("GET http://0x0a4d0002:8080/s3 HTTP/1.1")
+"#
+    );
+    let params = sandboxed(
+        "s",
+        &["python3", "-c", &script],
+        setup.tree.w(),
+        json!({}),
+        restricted(&setup.tree, network),
+    );
+    let mut asked = Vec::new();
+    let (output, code, connections) = run_audited(&mut server, params, |params| {
+        asked.push(params.clone());
+        Some(true)
+    })
+    .await;
+    assert_eq!(code, 0, "{output}");
+    let malformed = "not a host name or an IP literal: a host name is dot-separated labels of letters, digits, `-` and `_` (`*` only as a leading `*.`)";
+    let numeric = "not a host name or an IP literal: an IPv4 address is written as four decimal numbers (1.2.3.4), an IPv6 one in brackets";
+    assert_eq!(
+        output,
+        format!(
+            "HTTP/1.1 400 Bad Request | exec-server refused the request: {malformed}\n\
+             socks 2\n\
+             HTTP/1.1 403 Forbidden | exec-server refused [::ffff:{far}]:8080: denied by rule {far}\n\
+             HTTP/1.1 400 Bad Request | exec-server refused the request: {numeric}\n\
+             HTTP/1.1 400 Bad Request | exec-server refused the request: {numeric}\n"
+        )
+    );
+    assert_eq!(asked, Vec::<Value>::new(), "nothing was put to the client");
+    let hosts: Vec<&str> = connections.iter().map(|c| c["host"].as_str().unwrap()).collect();
+    assert_eq!(
+        hosts,
+        [
+            "pypi.org\\u{1b}[2Kevil",
+            "pypi.org\\n[ok] allowed",
+            &format!("::ffff:{far}"),
+            "170786819",
+            "0x0a4d0002"
+        ]
+    );
+    assert!(!setup.hosts.logged().contains("/s"), "the outside host was reached");
+}
+
+#[tokio::test]
+async fn a_resolver_that_never_answers_holds_up_no_fs_call() {
+    let Some(setup) = setup("blackhole").await else { return };
+    // A name server on the outside host that reads and never answers.
+    // It says "q" for each query it takes.
+    let hole = "import socket, sys\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.bind(('0.0.0.0', 53))\nprint('up', flush=True)\nwhile True:\n    s.recv(512)\n    print('q', flush=True)";
+    let mut holder = Command::new("ip")
+        .args(["netns", "exec", &setup.hosts.outside, "python3", "-c", hole])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut queries =
+        std::io::BufRead::lines(std::io::BufReader::new(holder.stdout.take().unwrap()));
+    let _holder = KillOnDrop(holder);
+    assert_eq!(queries.next().unwrap().unwrap(), "up");
+    let resolv = setup.hosts_file.with_extension("resolv");
+    std::fs::write(
+        &resolv,
+        format!("nameserver {}\noptions timeout:5 attempts:3\n", setup.hosts.far),
+    )
+    .unwrap();
+    let command = setup.hosts.command_with_files(&setup.hosts_file, Some(&resolv), &[]);
+    let mut server = Binary::from_command(command);
+    server.result("initialize", json!({"clientName": "blackhole"})).await;
+    server.send_line(r#"{"method":"initialized"}"#).await;
+    // Many lookups of names under an allowed wildcard, at once and again.
+    let flood = "import socket, threading\ndef one(i):\n    s = socket.create_connection(('127.0.0.1', 3128))\n    s.sendall(b'CONNECT r%d.wild.test:80 HTTP/1.1\\r\\n\\r\\n' % i)\n    s.recv(100)\nts = [threading.Thread(target=one, args=(i,)) for i in range(64)]\n[t.start() for t in ts]\n[t.join() for t in ts]";
+    let network = json!({"allow": ["*.wild.test"]});
+    let params = sandboxed(
+        "flood",
+        &["python3", "-c", flood],
+        setup.tree.w(),
+        json!({}),
+        restricted(&setup.tree, network),
+    );
+    let started = server.call("process/start", params).await;
+    assert!(started.get("error").is_none(), "{started}");
+    // The lookups are under way once the name server has taken queries.
+    let taken = tokio::task::spawn_blocking(move || {
+        for _ in 0..2 {
+            assert_eq!(queries.next().unwrap().unwrap(), "q");
+        }
+        queries
+    });
+    let _queries = within("the name server's first queries", taken).await.unwrap();
+    // fs calls on blocking threads are answered meanwhile, all within the
+    // suite's timeout (before, they waited minutes behind the lookups).
+    within("fs calls while lookups hang", async {
+        for _ in 0..8 {
+            let read = server.result("fs/readFile", json!({"path": "/etc/hostname"})).await;
+            assert!(read["dataBase64"].is_string(), "{read}");
+            let listed = server.result("fs/readDirectory", json!({"path": "/etc"})).await;
+            assert!(listed["entries"].as_array().is_some_and(|e| !e.is_empty()));
+        }
+    })
+    .await;
+}
