@@ -162,12 +162,12 @@ pub(super) fn install_script(program: &str, dir: Option<&str>, args: &[String]) 
         "prog={program}; dir={dir}; bin=\"$dir/exec-server\"\n\
          if command -v \"$prog\" >/dev/null 2>&1; then echo {READY}; exec \"$prog\" {args}; fi\n\
          if [ -x \"$bin\" ]; then echo {READY}; exec \"$bin\" {args}; fi\n\
+         refused() {{ rm -f \"$bin.$$\"; echo \"{REFUSED}$dir\"; exit 4; }}\n\
+         mkdir -p \"$dir\" && : > \"$bin.$$\" || refused\n\
          echo \"{NEED}$(uname -sm)\"\n\
          read -r size || exit 3\n\
          case \"$size\" in ''|*[!0-9]*) exit 3;; esac\n\
-         refused() {{ echo \"{REFUSED}$dir\"; exit 4; }}\n\
-         mkdir -p \"$dir\" || refused\n\
-         head -c \"$size\" > \"$bin.$$\" && chmod 755 \"$bin.$$\" && mv \"$bin.$$\" \"$bin\" || {{ rm -f \"$bin.$$\"; refused; }}\n\
+         head -c \"$size\" > \"$bin.$$\" && chmod 755 \"$bin.$$\" && mv \"$bin.$$\" \"$bin\" || refused\n\
          echo {READY}\n\
          exec \"$bin\" {args}",
         program = quote(program),

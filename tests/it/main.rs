@@ -6,6 +6,7 @@ mod binary;
 mod bounds;
 mod client;
 mod codex_flags;
+mod containers;
 mod control;
 mod dialect;
 mod fixtures;
