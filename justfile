@@ -13,10 +13,8 @@ static:
     cargo build --locked --profile ship --bin exec-server --target x86_64-unknown-linux-musl
 
 # The container image (Containerfile): the static binary and busybox, nothing pulled.
-image: static
-    cp target/x86_64-unknown-linux-musl/ship/exec-server target/image-exec-server
-    cp "$(command -v busybox)" target/image-busybox
-    podman build -t exec-server -f Containerfile target
+image:
+    tools/image
 
 # The integration suite against the static binary.
 test-static: static

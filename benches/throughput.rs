@@ -7,7 +7,7 @@
 //! pre-encoded output), so the server is never blamed for the client.
 //! Prints a table, then the same rows as JSON (also written to
 //! `target/bench.json`). `EXEC_SERVER_BIN` measures another build;
-//! `BENCH_ONLY=fs,stream` runs only those sections (round, startup, spawn, stream, fs, ws, net, tunnel, watch, mcp).
+//! `BENCH_ONLY=fs,stream` runs only those sections (round, startup, spawn, stream, fs, ws, static, net, tunnel, watch, mcp).
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
 use std::io::{BufRead, Write};
@@ -746,6 +746,9 @@ async fn bench() {
             Err(error) => println!("(WebSocket rows skipped: {error})"),
         }
     }
+    if wanted("static") {
+        static_rows(&mut rows).await;
+    }
     if wanted("net") {
         network::rows(&client, &mut rows).await;
     }
@@ -1177,4 +1180,58 @@ fn direct_inotify_latencies(dir: &std::path::Path, count: usize) -> Vec<Duration
         libc::close(fd);
         latencies
     }
+}
+
+/// The static build (`EXEC_SERVER_STATIC_BIN`, else `just static`'s) against
+/// the build measured (`EXEC_SERVER_BIN`) in the same run: start-up, the
+/// stream through the `Client`, and peak RSS while streaming.
+async fn static_rows(rows: &mut Vec<Row>) {
+    let path = std::env::var("EXEC_SERVER_STATIC_BIN").unwrap_or_else(|_| {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/target/x86_64-unknown-linux-musl/ship/exec-server")
+            .to_owned()
+    });
+    if !std::path::Path::new(&path).is_file() {
+        println!("(static rows left out: no {path}; `just static` builds it)");
+        return;
+    }
+    let glibc = server_binary();
+    let startup = |binary: String| median_of(move || handshakes(vec![binary.clone()], HANDSHAKES));
+    let (ours, theirs) = (startup(path.clone()).await, startup(glibc.clone()).await);
+    rows.push(Row {
+        what: "static build: spawn -> initialize reply (us)",
+        server: micros(ours, HANDSHAKES),
+        baseline: micros(theirs, HANDSHAKES),
+        baseline_what: "the glibc build",
+        unit: "us",
+        higher_is_better: false,
+    });
+    let mut results = Vec::new();
+    for binary in [&path, &glibc] {
+        let launcher = Launcher::spawn(LaunchCommand::new(binary)).await.unwrap();
+        let client = launcher.client().clone();
+        let mut n = 0;
+        let time = median(|| {
+            n += 1;
+            let (client, id) = (client.clone(), format!("static-out-{n}"));
+            async move { server_output(&client, &id).await }
+        })
+        .await;
+        results.push((time, peak_rss_mib(launcher.pid())));
+    }
+    rows.push(Row {
+        what: "static build: 256 MiB through the Client (MiB/s)",
+        server: mib_per_s(OUTPUT_BYTES, results[0].0),
+        baseline: mib_per_s(OUTPUT_BYTES, results[1].0),
+        baseline_what: "the glibc build",
+        unit: "MiB/s",
+        higher_is_better: true,
+    });
+    rows.push(Row {
+        what: "static build: peak RSS streaming (MiB)",
+        server: results[0].1,
+        baseline: results[1].1,
+        baseline_what: "the glibc build",
+        unit: "MiB",
+        higher_is_better: false,
+    });
 }

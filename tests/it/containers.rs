@@ -199,6 +199,15 @@ async fn the_image_serves_the_launcher_over_exec_and_its_listener() {
     let mut process = launcher.client().start(tty).await.unwrap();
     let (output, _) = within("the tty", process.output_to_end()).await.unwrap();
     assert_eq!(String::from_utf8_lossy(&output), "terminal\r\n");
+    // The container's own confinement leaves the sandbox short of what it
+    // needs: the start is refused, naming it, and nothing runs unconfined.
+    let boxed = StartParams::new("boxed", ["touch", "/ran"], "/tmp")
+        .sandbox(exec_server::Sandbox::restricted(["/tmp"]));
+    let refused = launcher.client().start(boxed).await.err().expect("a sandboxed start ran");
+    let object = refused.rpc().expect("an error object");
+    assert_eq!(object.code, -32600);
+    assert!(object.message.starts_with("cannot sandbox `touch`: "), "{}", object.message);
+    assert_eq!(sh(&launcher, "ran", "[ -e /ran ] || echo absent").await, "absent\n");
     // Over its WebSocket listener, with the token.
     let url = within("the listener's URL", async {
         loop {
