@@ -278,7 +278,7 @@ async fn a_server_started_with_signals_blocked_still_ends_on_sigterm() {
 /// without one.
 #[tokio::test]
 async fn a_start_fails_when_its_watcher_cannot_start() {
-    let watcher = "failed to start `true`: cannot start the watcher that ends it if the server is SIGKILLed: Too many open files (os error 24)";
+    let watcher = format!("failed to start `true`: cannot start the watcher that ends it if the server is SIGKILLed: {} (os error 24)", crate::support::os_text(libc::EMFILE));
     let mut met = false;
     for limit in 16..=24 {
         let mut command = tokio::process::Command::new("sh");
@@ -307,7 +307,10 @@ async fn a_start_fails_when_its_watcher_cannot_start() {
             assert_eq!(watchers, 1, "limit {limit}: a child started without a watcher: {list}");
         } else {
             assert!(
-                message.starts_with("failed to start `true`: Too many open files"),
+                message.starts_with(&format!(
+                    "failed to start `true`: {}",
+                    crate::support::os_text(libc::EMFILE)
+                )),
                 "limit {limit}: {reply}"
             );
         }

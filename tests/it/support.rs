@@ -422,3 +422,19 @@ pub fn as_nobody(program: &str) -> tokio::process::Command {
     ]);
     command
 }
+
+/// How the binary under test words an OS error: glibc's texts, or musl's
+/// for the static build (`EXEC_SERVER_TEST_BIN`), which differ for a few.
+pub fn os_text(errno: i32) -> &'static str {
+    static MUSL: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
+        let binary = std::fs::read(*crate::binary::BIN).unwrap_or_default();
+        !binary.windows(8).any(|w| w == b"ld-linux")
+    });
+    match (errno, *MUSL) {
+        (libc::EMFILE, false) => "Too many open files",
+        (libc::EMFILE, true) => "No file descriptors available",
+        (libc::ELOOP, false) => "Too many levels of symbolic links",
+        (libc::ELOOP, true) => "Symbolic link loop",
+        _ => panic!("no text for errno {errno}"),
+    }
+}
