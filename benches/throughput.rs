@@ -7,7 +7,7 @@
 //! pre-encoded output), so the server is never blamed for the client.
 //! Prints a table, then the same rows as JSON (also written to
 //! `target/bench.json`). `EXEC_SERVER_BIN` measures another build;
-//! `BENCH_ONLY=fs,stream` runs only those sections (round, startup, spawn, stream, fs, ws, static, net, tunnel, watch, mcp).
+//! `BENCH_ONLY=fs,stream` runs only those sections (round, startup, spawn, stream, fs, ws, peer, static, net, tunnel, watch, mcp).
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
 use std::io::{BufRead, Write};
@@ -21,6 +21,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 #[path = "throughput/network.rs"]
 mod network;
+#[path = "throughput/peer.rs"]
+mod peer;
 #[path = "throughput/tunnel.rs"]
 mod tunnel;
 
@@ -745,6 +747,9 @@ async fn bench() {
             }
             Err(error) => println!("(WebSocket rows skipped: {error})"),
         }
+    }
+    if wanted("peer") {
+        peer::rows(&mut rows).await;
     }
     if wanted("static") {
         static_rows(&mut rows).await;
