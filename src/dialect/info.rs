@@ -40,6 +40,9 @@ pub(crate) fn environment_info(prepend_path: &[PathBuf]) -> Value {
             "fileWriteStreaming": true,
             "windowsMxc": false,
             "fsWatchMissing": true,
+            "networkProxyReviewDomains": false,
+            "credentialMasking": false,
+            "credentialMaskingCustomProviders": false,
         },
     });
     if let Some(home) = home {

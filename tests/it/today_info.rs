@@ -73,6 +73,9 @@ async fn capabilities_claim_only_what_is_served() {
             "fileWriteStreaming": true,
             "windowsMxc": false,
             "fsWatchMissing": true,
+            "networkProxyReviewDomains": false,
+            "credentialMasking": false,
+            "credentialMaskingCustomProviders": false,
         })
     );
 }
