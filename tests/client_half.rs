@@ -57,3 +57,14 @@ async fn a_launcher_owns_its_server_and_ends_it_when_dropped() {
         "{shutdown:?}"
     );
 }
+
+#[tokio::test]
+async fn a_close_before_the_exit_still_ends_with_the_exit() {
+    let launcher = within("the launch", Launcher::spawn(LaunchCommand::new(PYTHON).arg(SCRIPTED)))
+        .await
+        .unwrap();
+    let params = StartParams::new("close-first-1", ["anything"], "/");
+    let mut process = launcher.client().start(params).await.unwrap();
+    let (output, status) = within("the process's end", process.output_to_end()).await.unwrap();
+    assert_eq!((output.as_slice(), status.code), (&b"hi\n"[..], 3));
+}

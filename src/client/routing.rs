@@ -463,18 +463,32 @@ impl Shared {
                     };
                     let ends_stream = !self.sends_closed.load(Ordering::Relaxed);
                     let last_seq = route.last_seq;
+                    let mut done = false;
                     route.status.send_modify(|status| {
                         status.exit = Some(exit);
                         if ends_stream {
                             status.closed_seq = Some(last_seq);
                         }
+                        done = status.closed_seq.is_some();
                     });
+                    // Upstream's server may send the close before the exit.
+                    if done {
+                        routes.remove(id);
+                    }
                 }
             }
             m if m == ProcessClosed::NAME => {
                 if let Ok(closed) = serde_json::from_value::<ClosedParams>(params.clone()) {
-                    route.status.send_modify(|status| status.closed_seq = Some(closed.seq));
-                    routes.remove(id);
+                    let mut exited = false;
+                    route.status.send_modify(|status| {
+                        status.closed_seq = Some(closed.seq);
+                        exited = status.exit.is_some();
+                    });
+                    // The route stays for an exit still to come (upstream's
+                    // server may send the close first).
+                    if exited {
+                        routes.remove(id);
+                    }
                 }
             }
             _ => {}
