@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWrite, BufReader};
+use tokio::io::{AsyncWrite, BufReader};
 use tokio::process::{Child, ChildStdin};
 use tokio::task::JoinHandle;
 
@@ -568,9 +568,38 @@ impl AsyncWrite for SharedStdin {
     }
 }
 
+/// The longest stderr line kept whole (the rest of a longer one is dropped).
+const MAX_STDERR_LINE: usize = 4096;
+
+/// One line of `reader`, at most [`MAX_STDERR_LINE`] bytes of it kept;
+/// `None` at end of input.
+async fn bounded_line<R: tokio::io::AsyncBufRead + Unpin>(reader: &mut R) -> Option<String> {
+    use tokio::io::AsyncBufReadExt;
+    let mut line = Vec::new();
+    loop {
+        let available = reader.fill_buf().await.ok()?;
+        if available.is_empty() {
+            return (!line.is_empty()).then(|| String::from_utf8_lossy(&line).into_owned());
+        }
+        let (taken, ended) = match memchr::memchr(b'\n', available) {
+            Some(at) => (at + 1, true),
+            None => (available.len(), false),
+        };
+        let room = MAX_STDERR_LINE.saturating_sub(line.len());
+        line.extend_from_slice(&available[..taken.min(room)]);
+        reader.consume(taken);
+        if ended {
+            if line.last() == Some(&b'\n') {
+                line.pop();
+            }
+            return Some(String::from_utf8_lossy(&line).into_owned());
+        }
+    }
+}
+
 async fn forward_stderr(stderr: tokio::process::ChildStderr, pid: u32, tail: Tail) {
-    let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
+    let mut reader = BufReader::new(stderr);
+    while let Some(line) = bounded_line(&mut reader).await {
         {
             let mut tail = lock(&tail);
             if tail.len() == TAIL_LINES {
@@ -579,5 +608,18 @@ async fn forward_stderr(stderr: tokio::process::ChildStderr, pid: u32, tail: Tai
             tail.push_back(line.chars().take(512).collect());
         }
         tracing::info!(target: "exec_server::server_stderr", server_pid = pid, "{line}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn a_stderr_line_is_kept_short_however_long_it_is() {
+        let mut text = vec![b'E'; 1 << 20];
+        text.extend_from_slice(b"\nnext\n");
+        let mut reader = tokio::io::BufReader::new(&text[..]);
+        assert_eq!(super::bounded_line(&mut reader).await.map(|l| l.len()), Some(4096));
+        assert_eq!(super::bounded_line(&mut reader).await.as_deref(), Some("next"));
+        assert_eq!(super::bounded_line(&mut reader).await, None);
     }
 }

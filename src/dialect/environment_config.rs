@@ -50,8 +50,11 @@ struct Layer {
     toml: Table,
 }
 
-/// Reads the layers for `params.cwd` (blocking: on an fs thread).
+/// Reads the layers for `params.cwd` (blocking: on an fs thread). Under
+/// `--root`, the cwd must lie inside the roots, and only project
+/// directories inside them are read.
 pub(crate) fn read(
+    roots: &crate::fs::Roots,
     params: &EnvironmentConfigReadParams,
 ) -> Result<EnvironmentConfigReadResult, ErrorObject> {
     let bad = |text: &str| {
@@ -66,6 +69,14 @@ pub(crate) fn read(
     if !params.cwd.is_absolute() {
         return Err(bad("cwd must be an absolute path or a file URI"));
     }
+    let cwd = crate::fs::clean_path(&params.cwd);
+    let inside = |dir: &Path| !roots.confined() || roots.check_cwd(dir).is_ok();
+    if !inside(&cwd) {
+        return Err(ErrorObject::invalid_request(format!(
+            "environmentConfig/read refused: cwd {} is outside the allowed roots",
+            cwd.display()
+        )));
+    }
     let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
     let codex_home = codex_home(home.as_deref())?;
     let system = load(Path::new(SYSTEM_CONFIG))?;
@@ -77,7 +88,7 @@ pub(crate) fn read(
         layer(format!("system ({SYSTEM_CONFIG})"), Path::new(SYSTEM_CONFIG), system),
         layer(format!("user ({})", user_file.display()), &user_file, user),
     ];
-    config.extend(project_layers(&params.cwd, &discovery, &codex_home)?);
+    config.extend(project_layers(&cwd, &discovery, &codex_home, &inside)?);
     if let Some(managed) = load(Path::new(LEGACY_MANAGED))? {
         let source = format!("legacy managed_config.toml ({LEGACY_MANAGED})");
         config.push(layer(source, Path::new(LEGACY_MANAGED), Some(managed)));
@@ -121,7 +132,22 @@ fn layer(source: String, file: &Path, toml: Option<Table>) -> Layer {
 /// A TOML file; `None` when it does not exist.
 fn load(file: &Path) -> Result<Option<Table>, ErrorObject> {
     use std::io::Read;
-    let opened = match std::fs::File::open(file) {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Without blocking (a FIFO never holds the thread), and read only when
+    // it is a regular file.
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(file);
+    if let Ok(opened) = &opened {
+        if !opened.metadata().is_ok_and(|m| m.is_file()) {
+            return Err(ErrorObject::internal(format!(
+                "failed to load executor-local config: {} is not a regular file",
+                file.display()
+            )));
+        }
+    }
+    let opened = match opened {
         Ok(opened) => opened,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => {
@@ -157,6 +183,7 @@ fn project_layers(
     cwd: &Path,
     discovery: &Table,
     codex_home: &Path,
+    inside: &dyn Fn(&Path) -> bool,
 ) -> Result<Vec<Layer>, ErrorObject> {
     let markers: Vec<String> = match discovery.get("project_root_markers") {
         Some(Value::Array(list)) => {
@@ -178,7 +205,7 @@ fn project_layers(
     }
     dirs.reverse();
     let mut layers = Vec::new();
-    for dir in dirs {
+    for dir in dirs.into_iter().filter(|dir| inside(dir)) {
         let dot_codex = dir.join(".codex");
         if !dot_codex.is_dir() || std::fs::canonicalize(&dot_codex).is_ok_and(|d| d == home) {
             continue;

@@ -184,14 +184,13 @@ pub(crate) fn explain(facts: &Facts, error: Error, stderr: String) -> Error {
         }
         // Docker and Podman: "is not running", "no such container", "can
         // only create exec sessions on running containers"; kubectl:
-        // "NotFound", "container not found", "does not have a host assigned".
+        // "(NotFound)", "container not found", "does not have a host assigned".
         _ if [
             "not running",
             "no such container",
             "running containers",
-            "notfound",
-            "not found",
-            "no container",
+            "(notfound)",
+            "container not found",
             "host assigned",
         ]
         .iter()

@@ -161,7 +161,7 @@ pub(super) fn install_script(program: &str, dir: Option<&str>, args: &[String]) 
     format!(
         "prog={program}; dir={dir}; bin=\"$dir/exec-server\"\n\
          if command -v \"$prog\" >/dev/null 2>&1; then echo {READY}; exec \"$prog\" {args}; fi\n\
-         if [ -x \"$bin\" ]; then echo {READY}; exec \"$bin\" {args}; fi\n\
+         if [ -f \"$bin\" ] && [ -x \"$bin\" ]; then echo {READY}; exec \"$bin\" {args}; fi\n\
          refused() {{ rm -f \"$bin.$$\"; echo \"{REFUSED}$dir\"; exit 4; }}\n\
          mkdir -p \"$dir\" && : > \"$bin.$$\" || refused\n\
          echo \"{NEED}$(uname -sm)\"\n\
@@ -195,8 +195,14 @@ impl From<SshCommand> for LaunchCommand {
     }
 }
 
+/// How long the whole install dialogue may take (the binary's transfer included).
+const INSTALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+/// Lines the remote may print before the server starts.
+const MAX_LINES: usize = 256;
+
 /// Runs the install dialogue on a fresh connection: reads the remote script's
-/// marker lines and, when asked and the machines match, sends the binary.
+/// marker lines and, when asked and the machines match, sends the binary
+/// (once), all within [`INSTALL_TIMEOUT`].
 pub(super) async fn self_install<R, W>(
     install: &SelfInstall,
     stdout: &mut R,
@@ -206,36 +212,59 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    loop {
+    match tokio::time::timeout(INSTALL_TIMEOUT, dialogue(install, stdout, stdin)).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::Timeout {
+            what: "the remote to install and start the server",
+            timeout: INSTALL_TIMEOUT,
+        }),
+    }
+}
+
+async fn dialogue<R, W>(install: &SelfInstall, stdout: &mut R, stdin: &mut W) -> Result<(), Error>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut sent = false;
+    for _ in 0..MAX_LINES {
         let line = read_line(stdout).await?;
         if line == READY {
             return Ok(());
         }
         if let Some(dir) = line.strip_prefix(REFUSED) {
-            return Err(Error::InstallRefused { path: dir.to_owned(), stderr: String::new() });
+            // The remote's text, shown on this side: escaped and cut short.
+            let path = dir.escape_default().take(256).collect();
+            return Err(Error::InstallRefused { path, stderr: String::new() });
         }
         let Some(remote) = line.strip_prefix(NEED) else {
             tracing::debug!(%line, "ignoring a line before the server started");
             continue;
         };
+        if sent {
+            return Err(Error::Protocol(
+                "the remote asked for the binary again after it was sent".into(),
+            ));
+        }
+        let remote: String = remote.trim().escape_default().take(256).collect();
         let local = super::os::local_uname();
-        if remote.trim() != local {
-            return Err(Error::ArchitectureMismatch {
-                remote: remote.trim().to_owned(),
-                local,
-                stderr: String::new(),
-            });
+        if remote != local {
+            return Err(Error::ArchitectureMismatch { remote, local, stderr: String::new() });
         }
         let bytes = tokio::fs::read(&install.binary).await.map_err(|e| {
             Error::io(format!("cannot read {} to install it", install.binary.display()), e)
         })?;
-        let sent = async {
+        let sent_bytes = async {
             stdin.write_all(format!("{}\n", bytes.len()).as_bytes()).await?;
             stdin.write_all(&bytes).await?;
             stdin.flush().await
         };
-        sent.await.map_err(|e| Error::io("cannot send the binary to the remote", e))?;
+        sent_bytes.await.map_err(|e| Error::io("cannot send the binary to the remote", e))?;
+        sent = true;
     }
+    Err(Error::Protocol(format!(
+        "the remote printed more than {MAX_LINES} lines before the server started"
+    )))
 }
 
 /// One line, read a byte at a time so nothing after it is consumed.
@@ -290,6 +319,56 @@ mod tests {
         let command: LaunchCommand =
             LaunchCommand::ssh("h").remote_program("/opt/my dir/exec-server").into();
         assert_eq!(command.args.last().unwrap(), "'/opt/my dir/exec-server'");
+    }
+
+    /// The dialogue against a remote that says `script` and reads nothing.
+    async fn against(script: Vec<u8>) -> Result<(), Error> {
+        let binary = std::env::temp_dir().join(format!("es-dialogue-{}", std::process::id()));
+        std::fs::write(&binary, b"binary").unwrap();
+        let install = SelfInstall { binary };
+        let (mut theirs, mut ours) = tokio::io::duplex(1 << 20);
+        tokio::io::AsyncWriteExt::write_all(&mut theirs, &script).await.unwrap();
+        let (mut reader, mut writer) = tokio::io::split(ours);
+        let result = self_install(&install, &mut reader, &mut writer).await;
+        drop(theirs);
+        ours = reader.unsplit(writer);
+        drop(ours);
+        result
+    }
+
+    #[tokio::test]
+    async fn a_remote_that_asks_twice_or_chatters_is_refused() {
+        let local = crate::launcher::os::local_uname();
+        let twice = format!("{NEED}{local}\n{NEED}{local}\n");
+        let error = against(twice.into_bytes()).await.err().map(|e| e.to_string());
+        assert_eq!(
+            error.as_deref(),
+            Some("protocol violation: the remote asked for the binary again after it was sent")
+        );
+        let chatter = "hello\n".repeat(300);
+        let error = against(chatter.into_bytes()).await.err().map(|e| e.to_string());
+        assert_eq!(
+            error.as_deref(),
+            Some("protocol violation: the remote printed more than 256 lines before the server started")
+        );
+        let refused = format!("{REFUSED}/opt/\x1b[2Jx\n");
+        match against(refused.into_bytes()).await {
+            Err(Error::InstallRefused { path, .. }) => assert_eq!(path, "/opt/\\u{1b}[2Jx"),
+            other => panic!("{:?}", other.err()),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_remote_times_out() {
+        let install = SelfInstall { binary: "/nonexistent".into() };
+        let (_theirs, ours) = tokio::io::duplex(64);
+        let (mut reader, mut writer) = tokio::io::split(ours);
+        let error =
+            self_install(&install, &mut reader, &mut writer).await.err().map(|e| e.to_string());
+        assert_eq!(
+            error.as_deref(),
+            Some("timed out after 120s waiting for the remote to install and start the server")
+        );
     }
 
     #[test]

@@ -344,7 +344,7 @@ fn run(roots: &Roots, handles: &Handles, room: (&ServerRoom, &Semaphore), call: 
         Copy::NAME => answer(ok::<Copy>(&id, params, |p| fs::copy(roots, p, &choices))),
         Rename::NAME => answer(ok::<Rename>(&id, params, |p| fs::rename(roots, p))),
         EnvironmentConfigRead::NAME => answer(ok::<EnvironmentConfigRead>(&id, params, |p| {
-            crate::dialect::environment_config::read(&p)
+            crate::dialect::environment_config::read(roots, &p)
         })),
         Canonicalize::NAME => answer(ok::<Canonicalize>(&id, params, |p| {
             fs::canonicalize(roots, &p.path).map(|path| path_result(dialect, &path))

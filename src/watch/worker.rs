@@ -321,7 +321,9 @@ impl Worker {
         appeared: &mut Vec<Appeared>,
     ) -> bool {
         if event.mask & libc::IN_Q_OVERFLOW != 0 {
-            for watch in self.watches.keys() {
+            // Missing watches check their paths again too: what the lost
+            // events said is asked of the file system itself.
+            for watch in self.watches.keys().chain(self.missing.ids()) {
                 self.pending.overflow(*watch);
             }
             return true;

@@ -88,3 +88,46 @@ async fn the_users_and_trusted_projects_layers_are_read_for_the_asked_keys() {
         .await;
     assert_eq!(error["message"], "invalid params for environmentConfig/read: at least one config or requirements path is required");
 }
+
+#[tokio::test]
+async fn roots_bound_the_cwd_and_a_fifo_holds_nothing() {
+    let base = scratch("environment-config-roots");
+    let (codex_home, root, project) = (base.join("codex"), base.join("root"), base.join("root/p"));
+    for dir in [&codex_home, &project.join(".git"), &project.join(".codex"), &base.join("out")] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::write(project.join(".git/HEAD"), "ref: x\n").unwrap();
+    let trusted = format!("[projects.\"{}\"]\ntrust_level = \"trusted\"\n", project.display());
+    std::fs::write(codex_home.join("config.toml"), trusted).unwrap();
+    let fifo =
+        std::ffi::CString::new(project.join(".codex/config.toml").to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo of a path in the test's own directory.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let mut command = tokio::process::Command::new(*crate::binary::BIN);
+    command.arg(format!("--root={}", root.display())).env("CODEX_HOME", &codex_home);
+    let mut server = Binary::from_command(command);
+    server.result("initialize", json!({"clientName": "config-roots"})).await;
+    server.send_line(r#"{"method":"initialized"}"#).await;
+    let asked = |cwd: &std::path::Path| json!({"cwd": uri(cwd), "configPaths": [["mcp_servers"]], "requirementsPaths": []});
+    let outside = base.join("out");
+    let error = server.error("environmentConfig/read", asked(&outside)).await;
+    assert_eq!(
+        error,
+        json!({"code": -32600, "message": format!("environmentConfig/read refused: cwd {} is outside the allowed roots", outside.display())})
+    );
+    let escape = root.join("../out");
+    let error = server.error("environmentConfig/read", asked(&escape)).await;
+    assert_eq!(error["code"], -32600, "{error}");
+    // Five reads of a project whose config is a FIFO: each refused at once
+    // (four would have held every fs thread before), and fs calls go on.
+    for _ in 0..5 {
+        let error = server.error("environmentConfig/read", asked(&project)).await;
+        let message = format!(
+            "failed to load executor-local config: {}/.codex/config.toml is not a regular file",
+            project.display()
+        );
+        assert_eq!(error, json!({"code": -32603, "message": message}));
+    }
+    let listed = server.result("fs/readDirectory", json!({"path": root})).await;
+    assert_eq!(listed["entries"].as_array().map(Vec::len), Some(1));
+}

@@ -83,3 +83,37 @@ async fn malformed_watches_are_refused_naming_what_is_wrong() {
         "invalid params for fs/watchMissing: at most 64 missing paths, not 65"
     );
 }
+
+#[tokio::test]
+async fn links_out_of_the_roots_tell_nothing_and_changes_inside_a_present_directory_do_not_fire() {
+    let base = scratch("watch-missing-roots");
+    let root = base.join("R");
+    std::fs::create_dir_all(root.join(".git")).unwrap();
+    std::os::unix::fs::symlink("/etc", root.join("l_dir")).unwrap();
+    std::os::unix::fs::symlink("/etc/nonexistent-es", root.join("l_none")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", root.join("l_file")).unwrap();
+    let mut server = Binary::ready(&[&format!("--root={}", root.display())]).await;
+    // Through a link to a directory, to nothing, or to a file outside the
+    // roots: the same answer, and what lies beyond is not looked at.
+    for (n, link) in ["l_dir", "l_none", "l_file"].into_iter().enumerate() {
+        let watch = json!({"watchId": n, "missing": [uri(&root.join(link).join("x"))]});
+        assert_eq!(
+            server.result("fs/watchMissing", watch).await,
+            json!({"watching": true}),
+            "{link}"
+        );
+    }
+    // A git-style update inside the present .git, then an unrelated file
+    // beside it: the .git watch stays quiet; the probe fires first.
+    let git = json!({"watchId": "git", "present": uri(&root.join(".git"))});
+    server.result("fs/watchMissing", git).await;
+    std::fs::write(root.join(".git/HEAD.lock"), "ref: x\n").unwrap();
+    std::fs::rename(root.join(".git/HEAD.lock"), root.join(".git/HEAD")).unwrap();
+    std::fs::write(root.join("README"), "x").unwrap();
+    let probe = json!({"watchId": "probe", "missing": [uri(&root.join("probe"))]});
+    server.result("fs/watchMissing", probe).await;
+    std::fs::write(root.join("probe"), "").unwrap();
+    assert_eq!(fired(&mut server).await, json!("probe"));
+    std::fs::remove_dir_all(root.join(".git")).unwrap();
+    assert_eq!(fired(&mut server).await, json!("git"));
+}

@@ -14,6 +14,7 @@ use serde_json::Value;
 use tokio::sync::mpsc::error::TrySendError;
 
 use super::{Inotify, Worker, COALESCE_WINDOW, DIR_MASK, MAX_WATCHES};
+use crate::fs::Roots;
 use crate::protocol::{
     encode_notification, ErrorObject, MissingChanged, MissingChangedParams, WatchMissingParams,
     WatchMissingResult,
@@ -22,8 +23,10 @@ use crate::protocol::{
 /// Paths one watch may name.
 const MAX_PATHS: usize = 64;
 
-/// What a path was: device, inode and modification time.
-type Identity = (u64, u64, i64, i64);
+/// What a path was: device, inode, and for a regular file its size and
+/// modification time (a directory's time changes with what it holds, which
+/// is not a change of it).
+type Identity = (u64, u64, u64, i64, i64);
 
 /// The connection's missing-path watches, by watch number.
 #[derive(Default)]
@@ -37,6 +40,8 @@ struct State {
     missing: Vec<PathBuf>,
     /// The present path and what it was when the watch began (`None`: not there).
     present: Option<(PathBuf, Option<Identity>)>,
+    /// The directories watched now, to follow only when they change.
+    armed: Vec<PathBuf>,
 }
 
 impl Missing {
@@ -51,37 +56,51 @@ impl Missing {
     pub(super) fn is_empty(&self) -> bool {
         self.watches.is_empty()
     }
+
+    pub(super) fn ids(&self) -> impl Iterator<Item = &u64> {
+        self.watches.keys()
+    }
 }
 
 impl State {
     /// Whether the watch should fire: a missing path is there, or the
-    /// present one is not what it was.
-    fn changed(&self) -> bool {
-        self.missing.iter().any(|path| path.symlink_metadata().is_ok())
-            || self.present.as_ref().is_some_and(|(path, was)| identity(path) != *was)
+    /// present one is not what it was (both as `roots` let the client see them).
+    fn changed(&self, roots: &Roots) -> bool {
+        self.missing.iter().any(|path| identity(roots, path).is_some())
+            || self.present.as_ref().is_some_and(|(path, was)| identity(roots, path) != *was)
     }
 
-    /// The directories to watch: each missing path's deepest existing
-    /// ancestor, and the present path's parent.
+    /// The directories to watch: each path's deepest existing ancestor that
+    /// is a directory itself (a link is not followed: what it leads to,
+    /// outside the roots or not, is never looked at) — the present path's
+    /// parent, when it is one.
     fn directories(&self) -> Vec<PathBuf> {
+        let real_dir = |dir: &Path| dir.symlink_metadata().is_ok_and(|m| m.is_dir());
+        let present = self.present.iter().map(|(path, _)| path);
         let mut dirs: Vec<PathBuf> = self
             .missing
             .iter()
-            .filter_map(|path| path.ancestors().skip(1).find(|dir| dir.is_dir()))
+            .chain(present)
+            .filter_map(|path| path.ancestors().skip(1).find(|dir| real_dir(dir)))
             .map(Path::to_path_buf)
             .collect();
-        if let Some(parent) = self.present.as_ref().and_then(|(path, _)| path.parent()) {
-            dirs.push(parent.to_path_buf());
-        }
         dirs.sort();
         dirs.dedup();
         dirs
     }
 }
 
-fn identity(path: &Path) -> Option<Identity> {
+/// What `path` is now, as the client may see it: under `--root`, only a
+/// path the roots lead to without leaving them (else it counts as absent).
+fn identity(roots: &Roots, path: &Path) -> Option<Identity> {
     use std::os::unix::fs::MetadataExt;
-    path.symlink_metadata().ok().map(|m| (m.dev(), m.ino(), m.mtime(), m.mtime_nsec()))
+    if roots.confined() && crate::fs::open_for_watch(roots, path).is_err() {
+        return None;
+    }
+    path.symlink_metadata().ok().map(|m| match m.is_file() {
+        true => (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()),
+        false => (m.dev(), m.ino(), 0, 0, 0),
+    })
 }
 
 /// A path of the request: a file URI or an absolute path, cleaned.
@@ -129,10 +148,10 @@ impl Worker {
             )));
         }
         let present = present.map(|path| {
-            let was = identity(&path);
+            let was = identity(&self.roots, &path);
             (path, was)
         });
-        let state = State { client_id: params.watch_id, missing, present };
+        let state = State { client_id: params.watch_id, missing, present, armed: Vec::new() };
         if self.inotify.is_none() {
             let inotify = Inotify::new().map_err(|e| {
                 ErrorObject::invalid_request(format!(
@@ -143,20 +162,22 @@ impl Worker {
         }
         let watch = self.next_watch;
         self.next_watch += 1;
-        self.arm(watch, &state)?;
+        let mut state = state;
+        self.arm(watch, &mut state)?;
         self.missing.watches.insert(watch, state);
         Ok(WatchMissingResult { watching: true })
     }
 
     /// Watches the directories `state` needs under `watch`.
-    fn arm(&mut self, watch: u64, state: &State) -> Result<(), ErrorObject> {
+    fn arm(&mut self, watch: u64, state: &mut State) -> Result<(), ErrorObject> {
         let Some(inotify) = self.inotify.as_ref() else {
             return Err(ErrorObject::internal("the inotify instance is gone"));
         };
-        for dir in state.directories() {
-            let added = crate::fs::open_for_watch(&self.roots, &dir).and_then(|opened| {
+        state.armed = state.directories();
+        for dir in &state.armed {
+            let added = crate::fs::open_for_watch(&self.roots, dir).and_then(|opened| {
                 self.dirs
-                    .add(inotify, &opened, &dir, DIR_MASK, watch)
+                    .add(inotify, &opened, dir, DIR_MASK, watch)
                     .map_err(|error| super::add_error(&dir.display().to_string(), error))
             });
             if let Err(error) = added {
@@ -167,7 +188,7 @@ impl Worker {
             }
         }
         // Already there (or already gone): it fires at once.
-        if state.changed() {
+        if state.changed(&self.roots) {
             self.pending.overflow(watch);
             self.flush_at.get_or_insert(Instant::now() + COALESCE_WINDOW);
         }
@@ -179,16 +200,20 @@ impl Worker {
     /// room yet; `None`: the loop is gone.
     pub(super) fn missing_changed(&mut self, watch: u64) -> Option<bool> {
         let Some(state) = self.missing.watches.get(&watch) else { return Some(true) };
-        if !state.changed() {
-            // A directory on the way appeared, or left: watched from where it is now.
+        if !state.changed(&self.roots) {
+            // Watched from where the paths' ancestors are now, when a
+            // directory on the way appeared or left (else nothing to do).
+            if state.directories() == state.armed {
+                return Some(true);
+            }
             if let Some(inotify) = &self.inotify {
                 for wd in self.dirs.of_watch(watch) {
                     self.dirs.release(inotify, wd, watch);
                 }
             }
-            let Some(state) = self.missing.watches.remove(&watch) else { return Some(true) };
+            let Some(mut state) = self.missing.watches.remove(&watch) else { return Some(true) };
             let client_id = state.client_id.clone();
-            match self.arm(watch, &state) {
+            match self.arm(watch, &mut state) {
                 Ok(()) => {
                     self.missing.watches.insert(watch, state);
                     return Some(true);
