@@ -407,6 +407,11 @@ impl Started {
 
     /// [`Started::abandon`], the error read against the engine's stderr (a container launch).
     async fn abandon_explained(mut self, error: Error, facts: Option<container::Facts>) -> Error {
+        // A container's engine is given a moment to end on its own: it may
+        // still be relaying what the container wrote on stderr.
+        if facts.is_some() {
+            let _ = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
+        }
         os::signal_group(self.pid, os::Ending::Kill);
         let _ = self.child.start_kill();
         let _ = self.child.wait().await;
