@@ -33,6 +33,9 @@ use crate::dial::Rules;
 
 pub(crate) use self::gate::MAX_CONNECTIONS;
 
+/// One direction's buffer of a spliced connection.
+const BUFFER: usize = 64 * 1024;
+
 /// What the proxy tells the process's owner.
 #[derive(Debug)]
 pub(crate) enum Report {

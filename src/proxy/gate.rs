@@ -22,7 +22,7 @@ const MAX_REMEMBERED: usize = 4096;
 /// How long the connect may take, the lookup included.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// What one spliced connection holds: a buffer each way.
-pub(super) const HELD_BYTES: usize = 2 * super::splice::BUFFER;
+pub(super) const HELD_BYTES: usize = 2 * super::BUFFER;
 
 /// One process's gate.
 pub(super) struct Gate {

@@ -5,9 +5,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::gate::Admitted;
-
-/// One direction's buffer.
-pub(super) const BUFFER: usize = 64 * 1024;
+use super::BUFFER;
 
 /// Writes `first` upstream (what the program sent past the request's head),
 /// then carries bytes both ways; a side's end of file is passed on.

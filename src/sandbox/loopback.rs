@@ -7,15 +7,13 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use super::report::REPORT_FD;
+use super::report::{LISTENERS, REPORT_FD};
 use super::sys;
 
 /// The HTTP proxy's port on the sandbox's loopback.
 pub(crate) const HTTP_PORT: u16 = 3128;
 /// The SOCKS5 proxy's port on the sandbox's loopback.
 pub(crate) const SOCKS_PORT: u16 = 1080;
-/// What precedes the listeners on the report socket.
-pub(crate) const LISTENERS: u8 = b'L';
 
 /// In the new network namespace: `lo` up, the two listeners made and sent.
 pub(crate) fn open() -> Result<(), String> {

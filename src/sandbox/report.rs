@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use super::sys;
 
+/// What precedes the proxy's listeners on the report socket (see `loopback`).
+pub(crate) const LISTENERS: u8 = b'L';
 /// Where the trampoline finds the report pipe's write end.
 pub(crate) const REPORT_FD: RawFd = 4;
 /// Where the trampoline finds the server's life pipe (end of file: the server is gone).
@@ -108,7 +110,7 @@ pub(crate) fn read(report: &OwnedFd) -> Result<Option<Listeners>, Failure> {
         }
     }
     match (text.split_first(), <[OwnedFd; 2]>::try_from(fds)) {
-        (Some((&super::loopback::LISTENERS, rest)), Ok([http, socks])) => {
+        (Some((&LISTENERS, rest)), Ok([http, socks])) => {
             parse(rest).map(|()| Some(Listeners { http, socks }))
         }
         (_, Err(fds)) if fds.is_empty() => parse(&text).map(|()| None),
