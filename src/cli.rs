@@ -325,14 +325,14 @@ pub(crate) fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> E
     }
 }
 
-/// A `--prepend-path` directory: absolute, an existing directory, UTF-8 and
-/// without `:` (the separator of `PATH`).
 /// A host pattern of a network policy, checked.
 fn host_pattern(text: &str) -> Result<String, String> {
     let policy = crate::protocol::NetworkPolicy::allow([text]);
     crate::dial::Rules::parse(&policy).map(|_| text.to_owned()).map_err(|e| e.to_string())
 }
 
+/// A `--prepend-path` directory: absolute, an existing directory, UTF-8 and
+/// without `:` (the separator of `PATH`).
 fn prepend_dir(text: &str) -> Result<PathBuf, String> {
     let path = PathBuf::from(text);
     if !path.is_absolute() {

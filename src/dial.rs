@@ -100,10 +100,9 @@ pub(crate) async fn resolve(
         drop((turn, slot));
         let _ = answer.send(result);
     };
-    std::thread::Builder::new()
-        .name("exec-server-lookup".to_owned())
-        .spawn(lookup)
-        .map_err(|e| DialError::Resolve(host.to_owned(), e))?;
+    std::thread::Builder::new().name("exec-server-lookup".to_owned()).spawn(lookup).map_err(
+        |e| DialError::Connect(io::Error::other(format!("cannot start a lookup thread: {e}"))),
+    )?;
     answered.await.unwrap_or_else(|_| {
         Err(DialError::Connect(io::Error::other("the lookup thread ended without an answer")))
     })

@@ -326,6 +326,8 @@ struct Started {
 type Tail = Arc<Mutex<std::collections::VecDeque<String>>>;
 /// Lines of stderr kept.
 const TAIL_LINES: usize = 8;
+/// Characters kept of each of them.
+const TAIL_LINE_CHARS: usize = 512;
 
 /// `error` of a launch that failed, with what its engine said (a container
 /// launch); the stderr forwarder is given a moment to read the rest.
@@ -610,7 +612,7 @@ async fn forward_stderr(stderr: tokio::process::ChildStderr, pid: u32, tail: Tai
             if tail.len() == TAIL_LINES {
                 tail.pop_front();
             }
-            tail.push_back(line.chars().take(512).collect());
+            tail.push_back(line.chars().take(TAIL_LINE_CHARS).collect());
         }
         tracing::info!(target: "exec_server::server_stderr", server_pid = pid, "{line}");
     }

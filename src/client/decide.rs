@@ -38,18 +38,21 @@ impl fmt::Debug for NetworkDecider {
     }
 }
 
-/// The decider and where its answers go.
+/// The decider, where its answers go, and the answers under way (aborted
+/// when the client closes: this is dropped then).
 pub(super) struct Answering {
     pub(super) decider: NetworkDecider,
     pub(super) outgoing: mpsc::Sender<String>,
+    pub(super) answering: tokio::task::JoinSet<()>,
 }
 
 impl Answering {
     /// Answers `request` on a task of its own (the callback may take its
     /// time; the server denies when its own timeout passes first).
-    pub(super) fn answer(&self, request: Request) {
+    pub(super) fn answer(&mut self, request: Request) {
+        while self.answering.try_join_next().is_some() {}
         let (decider, outgoing) = (self.decider.clone(), self.outgoing.clone());
-        tokio::spawn(async move {
+        self.answering.spawn(async move {
             let result = match serde_json::from_value::<NetworkDecideParams>(request.params) {
                 Ok(params) => Ok(NetworkDecision { allow: (decider.0)(params).await }),
                 Err(error) => Err(ErrorObject::invalid_params(format!(

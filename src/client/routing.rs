@@ -378,7 +378,7 @@ impl Shared {
                 }
             }
             Message::Request(request) if request.method == NetworkDecide::NAME => {
-                match lock(&self.decider).as_ref() {
+                match lock(&self.decider).as_mut() {
                     Some(answering) => answering.answer(request),
                     None => {
                         tracing::warn!("ignoring network/decide: this client takes no decisions")
@@ -397,7 +397,8 @@ impl Shared {
         decider: super::NetworkDecider,
         outgoing: mpsc::Sender<String>,
     ) {
-        *lock(&self.decider) = Some(super::decide::Answering { decider, outgoing });
+        let answering = tokio::task::JoinSet::new();
+        *lock(&self.decider) = Some(super::decide::Answering { decider, outgoing, answering });
     }
 
     /// Marks the connection closed: pending calls fail, handles see the end.

@@ -79,7 +79,8 @@ impl ContainerCommand {
         }
     }
 
-    /// `kubectl`: the container of the pod (`-c`).
+    /// `kubectl` only: the container of the pod (`-c`); Docker and Podman
+    /// name the container as the target, and ignore this.
     pub fn container(mut self, name: impl Into<String>) -> ContainerCommand {
         self.container = Some(name.into());
         self

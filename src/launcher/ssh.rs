@@ -114,7 +114,7 @@ impl SshCommand {
     }
 
     /// Where the remote keeps installed binaries (default:
-    /// `${XDG_CACHE_HOME:-$HOME/.cache}/exec-server/VERSION`).
+    /// `${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/exec-server/VERSION`).
     pub fn install_dir(mut self, dir: impl Into<String>) -> SshCommand {
         self.install_dir = Some(dir.into());
         self

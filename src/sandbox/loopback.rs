@@ -71,7 +71,7 @@ fn listen(port: u16) -> Result<OwnedFd, String> {
     let size = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
     // SAFETY: binds to a valid sockaddr_in of its size.
     let rc = unsafe { libc::bind(socket.as_raw_fd(), (&raw const address).cast(), size) };
-    sys::check(rc.into(), &format!("cannot listen on 127.0.0.1:{port} in the sandbox"))?;
+    sys::check(rc.into(), &format!("cannot bind 127.0.0.1:{port} in the sandbox"))?;
     // SAFETY: listen(2) on our socket.
     let rc = unsafe { libc::listen(socket.as_raw_fd(), 128) };
     sys::check(rc.into(), &format!("cannot listen on 127.0.0.1:{port} in the sandbox"))?;

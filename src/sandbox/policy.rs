@@ -277,7 +277,7 @@ fn resolve_policy(
     if asked.access.is_some() {
         let map = super::access::resolve_map(asked, roots, super::access::Globs::Scan)?;
         let mut policy = Policy::from_map(&map, false);
-        policy.set_network(asked.network.as_ref());
+        policy.set_network(asked.network.as_ref())?;
         let mounts = policy.writable.len()
             + policy.read_only.len()
             + policy.masked.len()
@@ -325,21 +325,26 @@ fn resolve_policy(
         exit_on_exec_failure: false,
         eperm_sockets: false,
     };
-    policy.set_network(asked.network.as_ref());
+    policy.set_network(asked.network.as_ref())?;
     narrowed(policy, default)
 }
 
 impl Policy {
-    /// The network a start asked for (checked by [`check_request`]).
-    fn set_network(&mut self, asked: Option<&Network>) {
+    /// The network a start asked for; a malformed policy is refused (-32602).
+    fn set_network(&mut self, asked: Option<&Network>) -> Result<(), ErrorObject> {
         let policy = match asked {
-            None | Some(Network::Off) => return,
+            None | Some(Network::Off) => return Ok(()),
             Some(Network::Full) => None,
             Some(Network::Policy(policy)) => Some(policy),
         };
         self.network = true;
-        self.rules = policy.and_then(|policy| Rules::parse(policy).ok()).map(Arc::new);
         self.proxied = policy.is_some();
+        if let Some(policy) = policy {
+            let rules =
+                Rules::parse(policy).map_err(|e| ErrorObject::invalid_params(e.to_string()))?;
+            self.rules = Some(Arc::new(rules));
+        }
+        Ok(())
     }
 }
 
