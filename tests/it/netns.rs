@@ -211,6 +211,8 @@ async fn a_networked_start_leaves_the_hosts_mounts_alone() {
     let name = format!("es-mounts-{}", std::process::id());
     let _ = Command::new("ip").args(["netns", "del", &name]).stderr(Stdio::null()).status();
     ip(&["netns", "add", &name]);
+    // Removed on every path, a failed assertion included.
+    let _namespace = NamedNamespace(name.clone());
     let tree = Tree::new("netns-mounts", User::Current);
     let mut server = Binary::ready(&[]).await;
     let sandbox = json!({"mode": "restricted", "writableRoots": [tree.w()], "network": true});
@@ -219,7 +221,6 @@ async fn a_networked_start_leaves_the_hosts_mounts_alone() {
         (String::new(), 0)
     );
     let alive = Command::new("ip").args(["-n", &name, "link", "set", "lo", "up"]).output().unwrap();
-    let _ = Command::new("ip").args(["netns", "del", &name]).status();
     assert!(alive.status.success(), "{}", String::from_utf8_lossy(&alive.stderr));
 }
 
@@ -280,4 +281,13 @@ async fn a_root_through_a_link_inside_a_writable_root_is_refused() {
     )
     .await;
     assert_eq!((output.as_str(), code), ("fine\n", 0));
+}
+
+/// A named network namespace of a test, deleted when dropped.
+struct NamedNamespace(String);
+
+impl Drop for NamedNamespace {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).stderr(Stdio::null()).status();
+    }
 }
