@@ -66,6 +66,13 @@ impl Dirs {
         }
     }
 
+    /// `watch` no longer sees any directory.
+    pub(crate) fn release_watch(&mut self, inotify: &Inotify, watch: u64) {
+        for wd in self.of_watch(watch) {
+            self.release(inotify, wd, watch);
+        }
+    }
+
     /// The kernel dropped `wd` (its directory is gone).
     pub(crate) fn forget(&mut self, wd: i32) {
         self.views.remove(&wd);

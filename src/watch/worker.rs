@@ -261,17 +261,21 @@ impl Worker {
         let watch: u64 =
             watch_id.strip_prefix('w').and_then(|n| n.parse().ok()).ok_or_else(unknown)?;
         self.watches.remove(&watch).ok_or_else(unknown)?;
+        self.let_go(watch);
+        Ok(Empty {})
+    }
+
+    /// Lets go of a watch already removed from `watches` or `missing`: its
+    /// directories, its pending changes, and the inotify instance with the
+    /// last watch (its kernel memory goes too).
+    fn let_go(&mut self, watch: u64) {
         if let Some(inotify) = &self.inotify {
-            for wd in self.dirs.of_watch(watch) {
-                self.dirs.release(inotify, wd, watch);
-            }
+            self.dirs.release_watch(inotify, watch);
         }
         self.pending.forget(watch);
         if self.watches.is_empty() && self.missing.is_empty() {
-            // The last watch: the instance and its kernel memory go too.
             self.inotify = None;
         }
-        Ok(Empty {})
     }
 
     fn read_events(&mut self, buffer: &mut [u8]) {

@@ -181,9 +181,7 @@ impl Worker {
                     .map_err(|error| super::add_error(&dir.display().to_string(), error))
             });
             if let Err(error) = added {
-                for wd in self.dirs.of_watch(watch) {
-                    self.dirs.release(inotify, wd, watch);
-                }
+                self.dirs.release_watch(inotify, watch);
                 return Err(error);
             }
         }
@@ -207,9 +205,7 @@ impl Worker {
                 return Some(true);
             }
             if let Some(inotify) = &self.inotify {
-                for wd in self.dirs.of_watch(watch) {
-                    self.dirs.release(inotify, wd, watch);
-                }
+                self.dirs.release_watch(inotify, watch);
             }
             let Some(mut state) = self.missing.watches.remove(&watch) else { return Some(true) };
             let client_id = state.client_id.clone();
@@ -241,15 +237,6 @@ impl Worker {
 
     fn end_missing(&mut self, watch: u64) {
         self.missing.watches.remove(&watch);
-        if let Some(inotify) = &self.inotify {
-            for wd in self.dirs.of_watch(watch) {
-                self.dirs.release(inotify, wd, watch);
-            }
-        }
-        self.pending.forget(watch);
-        if self.watches.is_empty() && self.missing.is_empty() {
-            // The last watch: the instance and its kernel memory go too.
-            self.inotify = None;
-        }
+        self.let_go(watch);
     }
 }
