@@ -15,7 +15,7 @@
 
 use std::path::PathBuf;
 
-use super::ssh::{install_script, SelfInstall};
+use super::ssh::{install_script, server_args, SelfInstall};
 use super::LaunchCommand;
 use crate::error::Error;
 
@@ -136,12 +136,7 @@ impl ContainerCommand {
 
     /// The words run in the container.
     fn command_words(&self) -> Vec<String> {
-        let mut args = Vec::new();
-        if let Some(socket) = &self.daemon {
-            args.extend(["--connect".to_owned(), format!("unix:{socket}")]);
-            args.push("--spawn-daemon".to_owned());
-        }
-        args.extend(self.remote_args.iter().cloned());
+        let args = server_args(self.daemon.as_deref(), &self.remote_args);
         if self.install.is_none() {
             let mut words = vec![self.remote_program.clone()];
             words.extend(args);

@@ -120,22 +120,8 @@ impl SshCommand {
         self
     }
 
-    /// The remote program's arguments: daemon mode's, then the caller's.
-    fn all_remote_args(&self) -> Vec<String> {
-        let mut args = Vec::new();
-        if let Some(socket) = &self.daemon {
-            args.extend([
-                "--connect".to_owned(),
-                format!("unix:{socket}"),
-                "--spawn-daemon".to_owned(),
-            ]);
-        }
-        args.extend(self.remote_args.iter().cloned());
-        args
-    }
-
     fn remote_command(&self) -> String {
-        let remote_args = self.all_remote_args();
+        let remote_args = server_args(self.daemon.as_deref(), &self.remote_args);
         if self.install.is_none() {
             let mut words = vec![quote(&self.remote_program)];
             words.extend(remote_args.iter().map(|a| quote(a)));
@@ -145,6 +131,17 @@ impl SshCommand {
             install_script(&self.remote_program, self.install_dir.as_deref(), &remote_args);
         format!("sh -c {}", quote(&script))
     }
+}
+
+/// The server's arguments on the other side: daemon mode's (a bridge to the
+/// daemon at `daemon`, the default socket when empty), then the caller's.
+pub(super) fn server_args(daemon: Option<&str>, args: &[String]) -> Vec<String> {
+    let mut all = Vec::new();
+    if let Some(socket) = daemon {
+        all.extend(["--connect".to_owned(), format!("unix:{socket}"), "--spawn-daemon".to_owned()]);
+    }
+    all.extend(args.iter().cloned());
+    all
 }
 
 /// The `sh` script of a self-install (see the module's doc): runs `program`
