@@ -14,7 +14,7 @@ use crate::protocol::{
     NotificationMethod, ProcessClosed, ProcessList, ProcessRead, ProcessWrite, ReadDirectory,
     ReadFile, RequestId, PROTOCOL_VERSION,
 };
-use crate::transport;
+use crate::transport::{self, ReadLine};
 
 /// Longest line the client accepts (a 512 MiB `fs/readFile` is about 700 MiB of base64).
 const MAX_INCOMING_LINE: usize = 1 << 30;
@@ -97,24 +97,17 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(reader: R, shared: Arc<Share
 /// Routes every message from `reader` until it ends.
 pub(super) async fn read_lines<R: AsyncRead + Unpin>(reader: R, shared: &Shared) {
     let mut reader = BufReader::with_capacity(transport::INPUT_BUFFER, reader);
-    // One buffer for every line: output notifications come by the thousand.
-    let mut line = Vec::new();
-    loop {
-        match transport::read_line_into(&mut reader, MAX_INCOMING_LINE, &mut line).await {
-            Ok(Some(true)) if shared.dispatch_fast(&line) => {}
-            Ok(Some(true)) => match Message::decode(&line) {
-                Ok(message) => shared.dispatch(message),
-                Err(error) => tracing::warn!(%error, "ignoring a malformed line from the server"),
-            },
-            Ok(Some(false)) => {
-                tracing::warn!("ignoring a line from the server over the size limit")
-            }
-            Ok(None) => break,
-            Err(error) => {
-                tracing::warn!(%error, "reading from the server failed");
-                break;
-            }
-        }
+    let routed = transport::for_each_line(&mut reader, MAX_INCOMING_LINE, |line| match line {
+        ReadLine::Line(line) if shared.dispatch_fast(line) => {}
+        ReadLine::Line(line) => match Message::decode(line) {
+            Ok(message) => shared.dispatch(message),
+            Err(error) => tracing::warn!(%error, "ignoring a malformed line from the server"),
+        },
+        ReadLine::TooLong => tracing::warn!("ignoring a line from the server over the size limit"),
+    })
+    .await;
+    if let Err(error) = routed {
+        tracing::warn!(%error, "reading from the server failed");
     }
 }
 

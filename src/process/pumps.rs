@@ -21,7 +21,7 @@ use super::spawn::{wait_exit, ChildIo};
 use crate::protocol::Stream;
 
 /// Largest output chunk: one read of a (grown) pipe or a terminal.
-const READ_BUFFER: usize = 64 * 1024;
+pub(crate) const READ_BUFFER: usize = 64 * 1024;
 /// Bytes of stdin queued per process before `process/write` is refused: 8 MiB.
 pub(crate) const STDIN_LIMIT: usize = 8 * 1024 * 1024;
 /// What each queued write counts on top of its bytes (so empty writes are bounded too).
@@ -55,8 +55,10 @@ pub(crate) enum ProcEvent {
 /// processes: the queue of events is bounded in bytes, not in events, so a
 /// stream holds little memory while exits and stream ends of a fan-out of
 /// processes never wait behind it (a queue of 4 events cost the 200-at-once
-/// start 10 %; one of 8 cost the streaming server 0.4 MiB).
-const OUTPUT_BUDGET: usize = 4 * READ_BUFFER;
+/// start 10 %; one of 8 cost the streaming server 0.4 MiB). Two reads: one
+/// on its way while the loop encodes the other (four held 128 KiB more at
+/// a stream's peak, for no faster stream).
+pub(crate) const OUTPUT_BUDGET: usize = 2 * READ_BUFFER;
 
 /// The pumps' end of a connection's process events.
 #[derive(Clone, Debug)]

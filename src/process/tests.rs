@@ -199,8 +199,8 @@ async fn output_on_its_way_to_the_loop_is_bounded_in_bytes_not_events() {
     use futures_util::FutureExt as _;
     let (tx, mut rx) = mpsc::channel(64);
     let events = pumps::EventSender::new(tx);
-    for _ in 0..4 {
-        assert!(events.output(1, Stream::Stdout, vec![0; 64 * 1024]).await);
+    for _ in 0..pumps::OUTPUT_BUDGET / pumps::READ_BUFFER {
+        assert!(events.output(1, Stream::Stdout, vec![0; pumps::READ_BUFFER]).await);
     }
     // Room for 60 more events, but not for one more byte of output...
     assert_eq!(events.output(1, Stream::Stdout, vec![0; 1]).now_or_never(), None);

@@ -166,6 +166,7 @@ where
             drain_deadline = Some(Instant::now() + KILL_DRAIN);
         }
         link.outbox.extend(&mut out);
+        link.outbox.send_ready(&link.lines);
         if let Some((wake, request, session_id)) = claimed.take() {
             return Ended::Resume { wake, handoff: Handoff { link, request, session_id } };
         }

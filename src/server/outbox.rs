@@ -8,7 +8,7 @@ use crate::transport::Line;
 
 /// Past this many bytes waiting, the loop stops taking input and process events.
 /// Small, since stdout pipes are grown to 256 KiB (`stdio`): the kernel buffers the rest.
-const OUTBOX_BYTES: usize = 256 * 1024;
+const OUTBOX_BYTES: usize = 128 * 1024;
 
 /// Lines for the writer, in order.
 #[derive(Debug, Default)]
@@ -49,6 +49,12 @@ impl Outbox {
     pub(super) fn send(&mut self, permit: Permit<'_, Line>, sender: &Sender<Line>) {
         let Some(line) = self.pop() else { return };
         permit.send(line);
+        self.send_ready(sender);
+    }
+
+    /// Sends as many lines as fit in the writer's queue now, without waiting:
+    /// a reply leaves in the same turn of the loop that made it.
+    pub(super) fn send_ready(&mut self, sender: &Sender<Line>) {
         while self.has_lines() {
             let Ok(permit) = sender.try_reserve() else { return };
             if let Some(line) = self.pop() {
