@@ -443,32 +443,11 @@ fn start_connection(served: Served, context: Context) {
                 return;
             }
         };
+        // A task, not the `block_on` future itself: wakes between the
+        // connection's tasks and its loop then skip a look at the reactor.
         runtime.block_on(async move {
-            // Registered with this thread's reactor, not the listener's.
-            let served = match served {
-                Served::WebSocket { stream, peer, leftover, request_id } => {
-                    let span = tracing::info_span!("connection", %peer, request_id);
-                    match stream.into_std().and_then(TcpStream::from_std) {
-                        Ok(stream) => {
-                            use tracing::Instrument;
-                            serve_websocket(stream, leftover, context).instrument(span).await;
-                            Ok(())
-                        }
-                        Err(error) => Err(error),
-                    }
-                }
-                Served::Unix(stream) => {
-                    match stream.into_std().and_then(tokio::net::UnixStream::from_std) {
-                        Ok(stream) => {
-                            unix::connection(stream, context).await;
-                            Ok(())
-                        }
-                        Err(error) => Err(error),
-                    }
-                }
-            };
-            if let Err(error) = served {
-                tracing::warn!(%error, "cannot serve a connection");
+            if let Err(error) = tokio::spawn(serve_connection(served, context)).await {
+                tracing::warn!(%error, "a connection's task failed");
             }
         });
     });
@@ -476,6 +455,36 @@ fn start_connection(served: Served, context: Context) {
     if let Err(error) = thread {
         tracing::debug!(%error, "cannot start a connection's thread; closed it");
         START_FAILURES.log(&error);
+    }
+}
+
+/// Serves one accepted connection on its thread's runtime.
+async fn serve_connection(served: Served, context: Context) {
+    // Registered with this thread's reactor, not the listener's.
+    let served = match served {
+        Served::WebSocket { stream, peer, leftover, request_id } => {
+            let span = tracing::info_span!("connection", %peer, request_id);
+            match stream.into_std().and_then(TcpStream::from_std) {
+                Ok(stream) => {
+                    use tracing::Instrument;
+                    serve_websocket(stream, leftover, context).instrument(span).await;
+                    Ok(())
+                }
+                Err(error) => Err(error),
+            }
+        }
+        Served::Unix(stream) => {
+            match stream.into_std().and_then(tokio::net::UnixStream::from_std) {
+                Ok(stream) => {
+                    unix::connection(stream, context).await;
+                    Ok(())
+                }
+                Err(error) => Err(error),
+            }
+        }
+    };
+    if let Err(error) = served {
+        tracing::warn!(%error, "cannot serve a connection");
     }
 }
 
