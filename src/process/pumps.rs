@@ -241,18 +241,36 @@ fn dup_master(master: &dyn MasterPty) -> io::Result<OwnedFd> {
     Ok(owned)
 }
 
+/// A read at least this large is handed on in the buffer it was read into (a
+/// stream's full reads: no copy); a smaller one is copied out at its size, so
+/// retained output never holds much more memory than its bytes.
+pub(super) const HAND_OVER: usize = READ_BUFFER / 4 * 3;
+
+/// The bytes just read into `buffer` (emptied for the next read): the buffer
+/// itself for a large read, a copy for a small one.
+pub(super) fn take_read(buffer: &mut Vec<u8>) -> Vec<u8> {
+    let bytes = if buffer.len() >= HAND_OVER {
+        std::mem::replace(buffer, Vec::with_capacity(READ_BUFFER))
+    } else {
+        buffer.clone()
+    };
+    buffer.clear();
+    bytes
+}
+
 async fn read_pipe<R: AsyncRead + Unpin>(
     serial: u64,
     stream: Stream,
     mut pipe: R,
     events: EventSender,
 ) {
-    let mut buffer = vec![0; READ_BUFFER];
+    // Not zeroed: a process that prints nothing touches none of its pages.
+    let mut buffer = Vec::with_capacity(READ_BUFFER);
     loop {
-        match pipe.read(&mut buffer).await {
+        match pipe.read_buf(&mut buffer).await {
             Ok(0) => break,
-            Ok(n) => {
-                if !events.output(serial, stream, buffer[..n].to_vec()).await {
+            Ok(_) => {
+                if !events.output(serial, stream, take_read(&mut buffer)).await {
                     return;
                 }
             }
@@ -281,19 +299,23 @@ async fn write_pipe(mut stdin: tokio::process::ChildStdin, mut feed: StdinFeed) 
 }
 
 async fn read_pty(serial: u64, terminal: Arc<AsyncFd<OwnedFd>>, events: EventSender) {
-    let mut buffer = vec![0; READ_BUFFER];
+    let mut buffer = Vec::with_capacity(READ_BUFFER);
     loop {
         let Ok(mut ready) = terminal.readable().await else { break };
         let read = ready.try_io(|fd| {
-            // SAFETY: `buffer` is valid for writes of its length.
-            let n = unsafe { libc::read(fd.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len()) };
+            let spare = buffer.spare_capacity_mut();
+            // SAFETY: read(2) writes at most `spare.len()` bytes into the
+            // buffer's unused capacity.
+            let n = unsafe { libc::read(fd.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
             usize::try_from(n).map_err(|_| io::Error::last_os_error())
         });
         match read {
             Err(_would_block) => continue,
             Ok(Ok(0)) => break,
             Ok(Ok(n)) => {
-                if !events.output(serial, Stream::Pty, buffer[..n].to_vec()).await {
+                // SAFETY: read(2) initialised the first `n` bytes of the spare capacity.
+                unsafe { buffer.set_len(n) };
+                if !events.output(serial, Stream::Pty, take_read(&mut buffer)).await {
                     return;
                 }
             }

@@ -210,3 +210,19 @@ async fn output_on_its_way_to_the_loop_is_bounded_in_bytes_not_events() {
     drop(rx.recv().await);
     assert_eq!(events.output(1, Stream::Stdout, vec![0; 1]).now_or_never(), Some(true));
 }
+
+#[test]
+fn a_full_read_is_handed_on_and_a_small_one_copied_at_its_size() {
+    let mut buffer = Vec::with_capacity(pumps::READ_BUFFER);
+    buffer.resize(pumps::READ_BUFFER, 7);
+    let at = buffer.as_ptr();
+    let full = pumps::take_read(&mut buffer);
+    assert_eq!((full.as_ptr(), full.len()), (at, pumps::READ_BUFFER));
+    assert_eq!((buffer.len(), buffer.capacity()), (0, pumps::READ_BUFFER));
+    buffer.extend_from_slice(b"hello");
+    let small = pumps::take_read(&mut buffer);
+    assert_eq!((small.as_slice(), small.capacity()), (&b"hello"[..], 5));
+    assert_eq!((buffer.len(), buffer.capacity()), (0, pumps::READ_BUFFER));
+    buffer.resize(pumps::HAND_OVER - 1, 1);
+    assert_eq!(pumps::take_read(&mut buffer).capacity(), pumps::HAND_OVER - 1);
+}
