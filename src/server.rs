@@ -307,7 +307,7 @@ pub(crate) enum Ended {
 }
 
 /// A task aborted when its handle is dropped: the loop owns its transport's tasks.
-struct AbortOnDrop<T>(JoinHandle<T>);
+pub(crate) struct AbortOnDrop<T>(pub(crate) JoinHandle<T>);
 
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
