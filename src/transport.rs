@@ -558,6 +558,68 @@ mod tests {
         }
     }
 
+    /// Input handed out in short reads of the given sizes, in turn.
+    struct Trickle {
+        input: Vec<u8>,
+        at: usize,
+        sizes: Vec<usize>,
+        turn: usize,
+    }
+
+    impl tokio::io::AsyncRead for Trickle {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            let me = &mut *self;
+            let size = me.sizes[me.turn % me.sizes.len()];
+            me.turn += 1;
+            let n = size.min(buf.remaining()).min(me.input.len() - me.at);
+            buf.put_slice(&me.input[me.at..me.at + n]);
+            me.at += n;
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn random_input_in_short_reads_hands_on_the_lines_read() {
+        // xorshift64: the same inputs on every run.
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move |below: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            usize::try_from(state % below).unwrap()
+        };
+        let alphabet = b"\n\r \t{}a\x00\xff\x0b";
+        for _ in 0..20_000 {
+            let input: Vec<u8> = (0..next(60)).map(|_| alphabet[next(9)]).collect();
+            let (limit, capacity) = (next(12), 1 + next(16));
+            let sizes: Vec<usize> = (0..4).map(|_| 1 + next(9)).collect();
+            let trickle = || Trickle { input: input.clone(), at: 0, sizes: sizes.clone(), turn: 0 };
+            let mut reader = tokio::io::BufReader::with_capacity(capacity, trickle());
+            let mut expected = Vec::new();
+            while let Some(frame) = read_frame(&mut reader, limit).await.unwrap() {
+                expected.push(frame);
+            }
+            let mut reader = tokio::io::BufReader::with_capacity(capacity, trickle());
+            let mut got = Vec::new();
+            for_each_line(&mut reader, limit, |read| {
+                got.push(match read {
+                    ReadLine::Line(line) => Frame::Line(line.to_vec()),
+                    ReadLine::TooLong => Frame::TooLong { limit },
+                })
+            })
+            .await
+            .unwrap();
+            assert_eq!(
+                got, expected,
+                "{input:?}, limit {limit}, buffer {capacity}, reads {sizes:?}"
+            );
+        }
+    }
+
     #[tokio::test]
     async fn empty_input_is_eof() {
         assert_eq!(frames(b"", 10).await, vec![]);
