@@ -35,8 +35,8 @@ pub(crate) fn seal(env: &[CString]) -> io::Result<OwnedFd> {
     let made = unsafe { OwnedFd::from_raw_fd(fd) };
     let mut file = std::fs::File::from(crate::fd::at_least(made, ENV_FD + 1)?);
     // One write for the whole environment, not one per variable (47 writes
-    // for an ordinary shell's environment).
-    let bytes: Vec<u8> = env.iter().flat_map(|entry| entry.as_bytes_with_nul()).copied().collect();
+    // for the environment the MCP face passes on).
+    let bytes = env.iter().map(|entry| entry.as_bytes_with_nul()).collect::<Vec<_>>().concat();
     file.write_all(&bytes)?;
     let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
     // SAFETY: fcntl on our own descriptor with constant arguments.

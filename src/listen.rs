@@ -445,6 +445,7 @@ fn start_connection(served: Served, context: Context) {
         };
         // A task, not the `block_on` future itself: wakes between the
         // connection's tasks and its loop then skip a look at the reactor.
+        // A panic in it is logged and ends this connection only.
         runtime.block_on(async move {
             if let Err(error) = tokio::spawn(serve_connection(served, context)).await {
                 tracing::warn!(%error, "a connection's task failed");

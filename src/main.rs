@@ -7,16 +7,18 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    // Freed pages go back to the system 10 ms after they are freed (the
-    // default delay); commit on demand: the server's resident memory tracks
-    // what it holds. At once (0) purged and refaulted every page of each
-    // listener connection's thread: a WebSocket upgrade took 245 us instead
-    // of 174, with no lower peak while streaming (docs/platforms.md).
+    // mimalloc v3 (libmimalloc-sys's default): arenas committed on demand,
+    // and freed pages purged 10 ms after they are freed (v3's default is
+    // 1000 ms), so the server's resident memory tracks what it holds. At
+    // once (0), every listener connection's thread purged and refaulted its
+    // pages: a WebSocket upgrade took 399-456 us in the bench against
+    // 204-286 with 10 ms, for about 1 MiB less peak while streaming
+    // (docs/platforms.md).
     #[cfg(target_env = "musl")]
     // SAFETY: sets a process-wide option of the allocator, before any thread starts.
     unsafe {
-        // mimalloc v2's options: eager_commit (3), arena_eager_commit (4), purge_delay (15, ms).
-        for (option, value) in [(3, 0), (4, 0), (15, 10)] {
+        // mimalloc v3's options: arena_eager_commit (4), purge_delay (15, ms).
+        for (option, value) in [(4, 0), (15, 10)] {
             libmimalloc_sys::mi_option_set(option, value);
         }
     }

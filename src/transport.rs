@@ -97,7 +97,6 @@ pub(crate) async fn read_line_into<R: AsyncBufRead + Unpin>(
 }
 
 /// One line as [`for_each_line`] hands it on.
-#[cfg_attr(not(feature = "server"), allow(dead_code))]
 pub(crate) enum ReadLine<'a> {
     /// A non-blank line, without its `\n` (or `\r\n`).
     Line(&'a [u8]),
@@ -370,11 +369,12 @@ impl WireLine for Line {
     }
 }
 
-/// Lines queued for the writer task. Two: one being written while the next
+/// Lines queued for a writer task, the server's (stdio, Unix socket,
+/// WebSocket) and the Client's alike. Two: one being written while the next
 /// waits; a server's replies wait in its bounded outbox, counted in bytes,
 /// and every line here is memory beyond that bound (four held 0.17 MiB
-/// more of a stream's peak).
-const WRITER_QUEUE: usize = 2;
+/// more of a stream's peak). A Client's callers wait for room in turn.
+pub(crate) const WRITER_QUEUE: usize = 2;
 
 /// Spawns the task that owns `writer`: it writes each line with `\n` and
 /// flushes whenever its queue is empty, so no message waits in a buffer.
@@ -521,9 +521,13 @@ mod tests {
 
     /// The frames [`for_each_line`] hands on, read through a buffer of `capacity`.
     async fn handed_on(input: &[u8], limit: usize, capacity: usize) -> Vec<Frame> {
-        let mut reader = tokio::io::BufReader::with_capacity(capacity, input);
+        each_line(&mut tokio::io::BufReader::with_capacity(capacity, input), limit).await
+    }
+
+    /// The frames [`for_each_line`] hands on from `reader`.
+    async fn each_line<R: AsyncBufRead + Unpin>(reader: &mut R, limit: usize) -> Vec<Frame> {
         let mut out = Vec::new();
-        for_each_line(&mut reader, limit, |read| {
+        for_each_line(reader, limit, |read| {
             out.push(match read {
                 ReadLine::Line(line) => Frame::Line(line.to_vec()),
                 ReadLine::TooLong => Frame::TooLong { limit },
@@ -604,15 +608,7 @@ mod tests {
                 expected.push(frame);
             }
             let mut reader = tokio::io::BufReader::with_capacity(capacity, trickle());
-            let mut got = Vec::new();
-            for_each_line(&mut reader, limit, |read| {
-                got.push(match read {
-                    ReadLine::Line(line) => Frame::Line(line.to_vec()),
-                    ReadLine::TooLong => Frame::TooLong { limit },
-                })
-            })
-            .await
-            .unwrap();
+            let got = each_line(&mut reader, limit).await;
             assert_eq!(
                 got, expected,
                 "{input:?}, limit {limit}, buffer {capacity}, reads {sizes:?}"

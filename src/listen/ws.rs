@@ -60,7 +60,7 @@ pub(super) fn bridge(
 ) -> Channels {
     let (read_half, write_half) = stream.into_split();
     let (incoming_tx, incoming) = mpsc::channel(2);
-    let (outgoing, mut lines) = mpsc::channel::<Line>(4);
+    let (outgoing, mut lines) = mpsc::channel::<Line>(crate::transport::WRITER_QUEUE);
     let (control_tx, mut control) = mpsc::channel::<Control>(8);
     let heard = Arc::new(AtomicBool::new(true));
     let heard_by_reader = heard.clone();

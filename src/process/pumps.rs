@@ -21,7 +21,7 @@ use super::spawn::{wait_exit, ChildIo};
 use crate::protocol::Stream;
 
 /// Largest output chunk: one read of a (grown) pipe or a terminal.
-pub(crate) const READ_BUFFER: usize = 64 * 1024;
+pub(super) const READ_BUFFER: usize = 64 * 1024;
 /// Bytes of stdin queued per process before `process/write` is refused: 8 MiB.
 pub(crate) const STDIN_LIMIT: usize = 8 * 1024 * 1024;
 /// What each queued write counts on top of its bytes (so empty writes are bounded too).
@@ -58,7 +58,7 @@ pub(crate) enum ProcEvent {
 /// start 10 %; one of 8 cost the streaming server 0.4 MiB). Two reads: one
 /// on its way while the loop encodes the other (four held 128 KiB more at
 /// a stream's peak, for no faster stream).
-pub(crate) const OUTPUT_BUDGET: usize = 2 * READ_BUFFER;
+pub(super) const OUTPUT_BUDGET: usize = 2 * READ_BUFFER;
 
 /// The pumps' end of a connection's process events.
 #[derive(Clone, Debug)]

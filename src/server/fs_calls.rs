@@ -392,7 +392,7 @@ fn run(roots: &Roots, handles: &Handles, room: (&ServerRoom, &Semaphore), call: 
 const BUILD_CHARGE: usize = 33 * 1024 * 1024;
 
 /// Answers from this size on are charged to the room (smaller ones are
-/// bounded by the outbox, 256 KiB past the first line).
+/// bounded by the outbox, `OUTBOX_BYTES` past the first line).
 const CHARGED_FROM: usize = 64 * 1024;
 
 /// Decodes, handles and encodes call `M`; the error is left for the dialect to word.
