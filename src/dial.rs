@@ -8,7 +8,7 @@
 mod guard;
 mod rules;
 
-pub(crate) use self::rules::{checked_host, Rules, Verdict};
+pub(crate) use self::rules::{checked_host, unbracketed, Rules, Verdict};
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
@@ -67,7 +67,7 @@ pub(crate) async fn resolve(
     reach: Reach,
     slot: Option<OwnedSemaphorePermit>,
 ) -> Result<Vec<SocketAddr>, DialError> {
-    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    let bare = unbracketed(host);
     // A name's final dot is the root's: `/etc/hosts` lists names without it.
     let bare = bare.strip_suffix('.').unwrap_or(bare).to_owned();
     let work = move || -> Result<Vec<SocketAddr>, DialError> {

@@ -138,7 +138,7 @@ enum Wanted {
 
 impl Wanted {
     fn of(host: &str) -> Wanted {
-        let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+        let bare = unbracketed(host);
         match bare.parse::<IpAddr>() {
             // `[::ffff:10.0.0.1]` is 10.0.0.1, and matches (or is denied) as it.
             Ok(ip) => Wanted::Ip(ip.to_canonical()),
@@ -235,14 +235,18 @@ fn checked_name(name: &str) -> Result<String, &'static str> {
     Ok(name)
 }
 
+/// `host` without the brackets of an IPv6 literal (`[::1]` is `::1`).
+pub(crate) fn unbracketed(host: &str) -> &str {
+    host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host)
+}
+
 /// Whether a requested `host` may be decided at all: an IP literal
 /// (brackets optional for IPv6), or a host name as [`checked_name`] takes
 /// it. Anything else (control characters, 64 KiB of text, an address in a
 /// form only the resolver reads) is refused before the policy, the client
 /// or the resolver see it.
 pub(crate) fn checked_host(host: &str) -> Result<(), &'static str> {
-    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
-    if bare.parse::<IpAddr>().is_ok() {
+    if unbracketed(host).parse::<IpAddr>().is_ok() {
         return Ok(());
     }
     checked_name(host).map(|_| ())

@@ -49,7 +49,7 @@ pub(super) fn allow(policy: TunnelPolicy, host: &str, port: u16) -> Result<Targe
             "tunnel to {shown} refused: tunnels are off on this server (--tunnels none)"
         )));
     }
-    let literal = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    let literal = crate::dial::unbracketed(host);
     if let Ok(ip) = literal.parse::<IpAddr>() {
         if policy == TunnelPolicy::Loopback && !ip.to_canonical().is_loopback() {
             return Err(not_loopback(&shown));
