@@ -65,7 +65,7 @@ fn podman() -> Option<(PathBuf, PathBuf)> {
     .unwrap();
     let wrapper = base.join("podman");
     let script = format!(
-        "#!/bin/sh\nexport CONTAINERS_CONF='{conf}'\nexec podman --root '{base}/storage' --runroot '{base}/run' --tmpdir '{base}/tmp' \"$@\"\n",
+        "#!/bin/sh\nexport CONTAINERS_CONF='{conf}'\nexec podman --root '{base}/storage' --runroot '{base}/run' --tmpdir '{base}/tmp' --storage-driver vfs \"$@\"\n",
         conf = conf.display(),
         base = base.display()
     );
