@@ -34,6 +34,7 @@ mod stdin;
 mod timers;
 pub(crate) mod tree;
 mod watcher;
+mod wide_pipe;
 mod write_ids;
 
 pub(crate) use self::reads::ReadOutcome;

@@ -18,6 +18,7 @@ use tokio::task::JoinSet;
 
 use super::signal::ExitInfo;
 use super::spawn::{wait_exit, ChildIo};
+use super::wide_pipe::Slot;
 use crate::protocol::Stream;
 
 /// Largest output chunk: one read of a (grown) pipe or a terminal.
@@ -182,11 +183,11 @@ pub(crate) fn start(
     tasks: &mut JoinSet<()>,
 ) -> io::Result<Handles> {
     let handles = match io {
-        ChildIo::Pipes { stdin, stdout, stderr } => {
+        ChildIo::Pipes { stdin, stdout, stderr, wide } => {
             let stdout = tokio::process::ChildStdout::from_std(stdout)?;
             let stderr = tokio::process::ChildStderr::from_std(stderr)?;
-            tasks.spawn(read_pipe(serial, Stream::Stdout, stdout, events.clone()));
-            tasks.spawn(read_pipe(serial, Stream::Stderr, stderr, events.clone()));
+            tasks.spawn(read_pipe(serial, Stream::Stdout, stdout, wide, events.clone()));
+            tasks.spawn(read_pipe(serial, Stream::Stderr, stderr, None, events.clone()));
             let stdin = match stdin {
                 Some(stdin) => {
                     let probe = std::os::fd::AsFd::as_fd(&stdin).try_clone_to_owned()?;
@@ -258,10 +259,13 @@ pub(super) fn take_read(buffer: &mut Vec<u8>) -> Vec<u8> {
     bytes
 }
 
+/// Reads `pipe` to its end; `wide`, the slot of a grown pipe, goes back
+/// with the pipe, before the end is reported.
 async fn read_pipe<R: AsyncRead + Unpin>(
     serial: u64,
     stream: Stream,
     mut pipe: R,
+    wide: Option<Slot>,
     events: EventSender,
 ) {
     // Not zeroed: a process that prints nothing touches none of its pages.
@@ -281,6 +285,7 @@ async fn read_pipe<R: AsyncRead + Unpin>(
             }
         }
     }
+    drop((pipe, wide));
     events.send(ProcEvent::StreamEnd { serial }).await;
 }
 

@@ -63,8 +63,16 @@ pub(crate) struct Spawned {
 
 /// The parent's ends of the child's stdio.
 pub(crate) enum ChildIo {
-    Pipes { stdin: Option<ChildStdin>, stdout: ChildStdout, stderr: ChildStderr },
-    Pty { master: Box<dyn MasterPty + Send> },
+    Pipes {
+        stdin: Option<ChildStdin>,
+        stdout: ChildStdout,
+        stderr: ChildStderr,
+        /// Held while stdout is read when its pipe was grown.
+        wide: Option<super::wide_pipe::Slot>,
+    },
+    Pty {
+        master: Box<dyn MasterPty + Send>,
+    },
 }
 
 /// Why a start failed.
@@ -176,6 +184,7 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> Result<Spawned, SpawnError> {
     let (pid, listeners, io) = match request.tty {
         None => {
             let (stdout, child_stdout) = pipe()?;
+            let wide = super::wide_pipe::widen(&stdout);
             let (stderr, child_stderr) = pipe()?;
             let stdin = if request.pipe_stdin { Some(pipe()?) } else { None };
             let stdio = Stdio::Pipes {
@@ -190,6 +199,7 @@ pub(crate) fn spawn(request: &SpawnRequest<'_>) -> Result<Spawned, SpawnError> {
                 stdin,
                 stdout: ChildStdout::from(stdout),
                 stderr: ChildStderr::from(stderr),
+                wide,
             };
             (pid, listeners, io)
         }

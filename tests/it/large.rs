@@ -121,3 +121,45 @@ fn a_client_pipe_larger_than_the_servers_choice_is_kept() {
     drop(input);
     assert!(child.wait().unwrap().success());
 }
+
+/// The pid of the one `cat` under `server` not in `known`, added to it.
+fn new_cat(server: u32, known: &mut Vec<u32>) -> u32 {
+    let fresh: Vec<u32> = crate::support::descendants(server)
+        .into_iter()
+        .filter(|(pid, name)| name == "cat" && !known.contains(pid))
+        .map(|(pid, _)| pid)
+        .collect();
+    assert_eq!(fresh.len(), 1, "one new cat under the server: {fresh:?}");
+    known.push(fresh[0]);
+    fresh[0]
+}
+
+#[tokio::test]
+async fn children_stdout_pipes_are_grown_sixteen_at_a_time() {
+    use crate::support::start_params;
+    let mut server = Binary::ready(&[]).await;
+    let pid = server.child.id().unwrap();
+    let mut known = Vec::new();
+    let mut stdout_sizes = Vec::new();
+    let mut stderr_sizes = Vec::new();
+    for n in 0..17 {
+        let params = start_params(&format!("c{n}"), &["cat"], json!({"pipeStdin": true}));
+        server.result("process/start", params).await;
+        let child = new_cat(pid, &mut known);
+        stdout_sizes.push(pipe_size(child, 1, libc::O_WRONLY));
+        stderr_sizes.push(pipe_size(child, 2, libc::O_WRONLY));
+    }
+    let mut grown = vec![256 * 1024; 16];
+    grown.push(64 * 1024);
+    assert_eq!(stdout_sizes, grown);
+    assert_eq!(stderr_sizes, vec![64 * 1024; 17]);
+    // One ends: its slot goes back with its stdout, and the next start gets it.
+    let close = json!({"processId": "c0", "chunk": "", "closeStdin": true});
+    server.result("process/write", close).await;
+    server.notification("process/closed", "c0").await;
+    known.retain(|&child| !crate::support::is_dead(child));
+    let params = start_params("c17", &["cat"], json!({"pipeStdin": true}));
+    server.result("process/start", params).await;
+    let child = new_cat(pid, &mut known);
+    assert_eq!(pipe_size(child, 1, libc::O_WRONLY), 256 * 1024);
+}
