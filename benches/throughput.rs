@@ -346,6 +346,46 @@ async fn direct_fs_round_trip(dir: &std::path::Path, data: &[u8]) {
     assert_eq!(back.len(), data.len());
 }
 
+/// The machine's busy time, all CPUs, in clock ticks (`/proc/stat`: user,
+/// nice, system, irq, softirq, steal).
+fn busy_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let cpu = stat.lines().next().unwrap();
+    let ticks: Vec<u64> = cpu.split_whitespace().skip(1).map(|t| t.parse().unwrap()).collect();
+    ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6] + ticks[7]
+}
+
+/// Busy ticks and wall time summed over the runs of one way of streaming
+/// [`OUTPUT_BYTES`].
+#[derive(Default)]
+struct Cpu {
+    ticks: u64,
+    wall: Duration,
+    runs: u32,
+}
+
+impl Cpu {
+    fn add(&mut self, ticks_before: u64, wall: Duration) {
+        self.ticks += busy_ticks() - ticks_before;
+        self.wall += wall;
+        self.runs += 1;
+    }
+
+    fn seconds(&self) -> f64 {
+        // SAFETY: sysconf only reads a constant of the system.
+        self.ticks as f64 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+    }
+
+    fn ms_per_gib(&self) -> f64 {
+        let gib = (OUTPUT_BYTES * u64::from(self.runs)) as f64 / (1u64 << 30) as f64;
+        self.seconds() * 1e3 / gib
+    }
+
+    fn cores(&self) -> f64 {
+        self.seconds() / self.wall.as_secs_f64()
+    }
+}
+
 /// Peak resident memory of `pid` in MiB (VmHWM).
 fn peak_rss_mib(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -618,13 +658,20 @@ async fn bench() {
         // Read after three streams, as before the runs were paired.
         let mut streaming_rss = 0.0;
         const { assert!(RSS_AFTER_STREAMS <= PAIRED_RUNS) };
+        // Both CPUs' busy time over all runs of each: what each way costs per
+        // byte, and how much of the machine it got.
+        let (mut direct_cpu, mut served_cpu) = (Cpu::default(), Cpu::default());
         for run in 0..PAIRED_RUNS {
             let start = Instant::now();
+            let before = busy_ticks();
             direct_output().await;
+            direct_cpu.add(before, start.elapsed());
             directs.push(start.elapsed());
             n += 1;
             let start = Instant::now();
+            let before = busy_ticks();
             server_output(&stream_client, &format!("out-{n}")).await;
+            served_cpu.add(before, start.elapsed());
             serveds.push(start.elapsed());
             if run + 1 == RSS_AFTER_STREAMS {
                 streaming_rss = peak_rss_mib(streamer.pid());
@@ -640,6 +687,22 @@ async fn bench() {
             baseline: base,
             baseline_what: "reading the pipe directly",
             unit: "MiB/s",
+            higher_is_better: true,
+        });
+        rows.push(Row {
+            what: "the same: CPU time of all processes per GiB (ms)",
+            server: served_cpu.ms_per_gib(),
+            baseline: direct_cpu.ms_per_gib(),
+            baseline_what: "reading the pipe directly",
+            unit: "ms",
+            higher_is_better: false,
+        });
+        rows.push(Row {
+            what: "the same: CPUs busy while streaming",
+            server: served_cpu.cores(),
+            baseline: direct_cpu.cores(),
+            baseline_what: "reading the pipe directly",
+            unit: "CPUs",
             higher_is_better: true,
         });
         let mut raw = Vec::new();
@@ -1059,6 +1122,10 @@ fn wanted(section: &str) -> bool {
 /// `process/start` is followed by 256 MiB of pre-encoded output in 64 KiB chunks.
 fn fake_server() {
     let stdin = std::io::stdin().lock();
+    // The pipe the real server asks for its stdout (256 KiB), so the client
+    // is measured through the same pipe.
+    // SAFETY: F_SETPIPE_SZ only resizes the buffer of the pipe on stdout.
+    unsafe { libc::fcntl(1, libc::F_SETPIPE_SZ, 256 << 10) };
     let mut stdout = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
     let chunk = {
         use base64::Engine as _;
