@@ -956,7 +956,10 @@ async fn mcp_calls(pipes: &mut McpPipes, meta: &str, first: u64) -> Duration {
 }
 
 /// The time of `MCP_CALLS` sandboxed starts of `/bin/sh -c true` through
-/// our own protocol, each waited for.
+/// our own protocol, each waited for, with the environment the MCP face
+/// gives its commands: its own, which it has from the bench (under `cargo
+/// bench` that holds an `LD_LIBRARY_PATH` of three directories, which
+/// `/bin/sh`'s loader searches on every start).
 async fn protocol_starts(
     client: &Client,
     sandbox: &Sandbox,
@@ -966,7 +969,9 @@ async fn protocol_starts(
     let start = Instant::now();
     for i in 0..MCP_CALLS {
         let id = format!("mcp-base-{tag}-{i}");
-        let params = StartParams::new(id, ["/bin/sh", "-c", "true"], cwd).sandbox(sandbox.clone());
+        let mut params =
+            StartParams::new(id, ["/bin/sh", "-c", "true"], cwd).sandbox(sandbox.clone());
+        params.env = std::env::vars().collect();
         let mut process = client.start(params).await.unwrap();
         assert_eq!(process.wait().await.unwrap().code, 0);
     }
