@@ -185,7 +185,10 @@ impl ProcessTable {
                     // The watcher learns of the cgroups as they are made: a
                     // SIGKILLed server leaves none, even mid-start.
                     registry::start_watcher().map_err(|error| {
-                        ErrorObject::internal(format!("failed to start `{}`: {error}", params.argv[0]))
+                        ErrorObject::internal(format!(
+                            "failed to start `{}`: {error}",
+                            params.argv[0]
+                        ))
                     })?;
                     let group = crate::limits::Group::create(limits, helpers);
                     registry::watch_cgroups(&crate::limits::server_dirs());
@@ -194,22 +197,8 @@ impl ProcessTable {
                 None => None,
             };
             let grouped = group.as_ref().map(|group| (group, settings.helper.as_deref()));
-            Entry::spawn(&params, cwd.dir.as_ref(), confined, grouped).map_err(|error| match error {
-                SpawnError::Io(error) if matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
-                    ErrorObject::internal(format!(
-                        "failed to start `{}`: {error}: the server is out of file descriptors (its limit, RLIMIT_NOFILE, is {}, and each process takes up to {FDS_PER_PROCESS})",
-                        params.argv[0],
-                        descriptor_limit()
-                    ))
-                }
-                SpawnError::Io(error) => {
-                    ErrorObject::internal(format!("failed to start `{}`: {error}", params.argv[0]))
-                }
-                SpawnError::Sandbox(reason) => ErrorObject::invalid_request(format!(
-                    "cannot sandbox `{}`: {reason}",
-                    params.argv[0]
-                )),
-            })
+            Entry::spawn(&params, cwd.dir.as_ref(), confined, grouped)
+                .map_err(|error| spawn_refused(&params.argv[0], error))
         }));
         self.starting.push_back(Starting { request, serial, params, shape, charge, outcome });
         Ok(Begun::Spawning)
@@ -338,5 +327,56 @@ impl ProcessTable {
             error
         });
         encode_response(&request, &result)
+    }
+}
+
+/// The error of a start the OS or the sandbox refused, naming what ran out.
+fn spawn_refused(program: &str, error: SpawnError) -> ErrorObject {
+    match error {
+        SpawnError::Io(error) if error.raw_os_error() == Some(libc::EMFILE) => {
+            ErrorObject::internal(format!(
+                "failed to start `{program}`: {error}: the server is out of file descriptors (its limit, RLIMIT_NOFILE, is {}, and each process takes up to {FDS_PER_PROCESS})",
+                descriptor_limit()
+            ))
+        }
+        // pipe(2) says ENFILE for the user's pipe pages too.
+        SpawnError::Io(error) if error.raw_os_error() == Some(libc::ENFILE) => {
+            ErrorObject::internal(format!(
+                "failed to start `{program}`: {error}: the system's open-file table is full, or this user's pipes hold more pages than fs.pipe-user-pages-hard allows"
+            ))
+        }
+        SpawnError::Io(error) => ErrorObject::internal(format!("failed to start `{program}`: {error}")),
+        SpawnError::Sandbox(reason) => {
+            ErrorObject::invalid_request(format!("cannot sandbox `{program}`: {reason}"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+
+    #[test]
+    fn a_full_file_table_is_not_blamed_on_the_servers_descriptor_limit() {
+        let refused =
+            |errno| spawn_refused("cat", SpawnError::Io(io::Error::from_raw_os_error(errno)));
+        let table = refused(libc::ENFILE);
+        assert_eq!(table.code, -32603);
+        assert_eq!(
+            table.message,
+            format!(
+                "failed to start `cat`: {}: the system's open-file table is full, or this user's pipes hold more pages than fs.pipe-user-pages-hard allows",
+                io::Error::from_raw_os_error(libc::ENFILE)
+            )
+        );
+        let own = refused(libc::EMFILE);
+        assert!(
+            own.message
+                .contains("the server is out of file descriptors (its limit, RLIMIT_NOFILE, is "),
+            "{}",
+            own.message
+        );
     }
 }
