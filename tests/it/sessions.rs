@@ -19,6 +19,15 @@ use crate::support::{
 };
 use crate::websocket::{WsPeer, WsServer};
 
+/// Starts `sh -c script` as process `tree` (request id 2) on `peer`; the
+/// pid it prints first, `what` for the wait.
+async fn start_printing_pid(peer: &mut WsPeer, script: &str, what: &str) -> u32 {
+    let start = json!({"id": 2, "method": "process/start", "params": start_params("tree", &["sh", "-c", script], json!({}))});
+    peer.send_text(&start.to_string()).await;
+    let output = next_matching(peer, what, |m| m["method"] == "process/output").await;
+    String::from_utf8(unb64(&output["params"]["chunk"])).unwrap().trim().parse().unwrap()
+}
+
 /// Cuts a WebSocket peer's TCP connection without a close frame.
 fn cut(peer: &WsPeer) {
     let tokio_tungstenite::MaybeTlsStream::Plain(stream) = peer.ws.get_ref() else {
@@ -178,13 +187,8 @@ async fn an_unresumed_session_is_ended_with_its_grandchildren_after_the_ttl() {
     let server = WsServer::start(&["--listen", "ws://127.0.0.1:0", "--session-ttl", "300ms"]).await;
     let mut peer = WsPeer::connect(&server.url).await;
     let session = open_session(&mut peer).await;
-    let script = "sleep 1000 & echo $!; wait";
-    let start = json!({"id": 2, "method": "process/start", "params": start_params("tree", &["sh", "-c", script], json!({}))});
-    peer.send_text(&start.to_string()).await;
-    let output =
-        next_matching(&mut peer, "the grandchild's pid", |m| m["method"] == "process/output").await;
-    let grandchild: u32 =
-        String::from_utf8(unb64(&output["params"]["chunk"])).unwrap().trim().parse().unwrap();
+    let grandchild =
+        start_printing_pid(&mut peer, "sleep 1000 & echo $!; wait", "the grandchild's pid").await;
     peer.send_text(r#"{"id":3,"method":"process/list","params":{}}"#).await;
     let list = next_matching(&mut peer, "the list", |m| m["id"] == 3).await;
     let child = list["result"]["processes"][0]["pid"].as_u64().unwrap() as u32;
@@ -513,13 +517,8 @@ async fn a_session_ending_kills_descendants_that_left_its_sessions() {
     let server = WsServer::start(&["--listen", "ws://127.0.0.1:0", "--session-ttl", "200ms"]).await;
     let mut peer = WsPeer::connect(&server.url).await;
     open_session(&mut peer).await;
-    let script = "setsid sleep 1000 & echo $!; wait";
-    let start = json!({"id": 2, "method": "process/start", "params": start_params("tree", &["sh", "-c", script], json!({}))});
-    peer.send_text(&start.to_string()).await;
-    let output =
-        next_matching(&mut peer, "the escaped pid", |m| m["method"] == "process/output").await;
-    let escaped: u32 =
-        String::from_utf8(unb64(&output["params"]["chunk"])).unwrap().trim().parse().unwrap();
+    let escaped =
+        start_printing_pid(&mut peer, "setsid sleep 1000 & echo $!; wait", "the escaped pid").await;
     cut(&peer);
     wait_dead(escaped).await;
 }
@@ -535,13 +534,8 @@ async fn a_connection_without_a_session_kills_descendants_that_left_its_sessions
     peer.send_text(&init.to_string()).await;
     assert!(peer.next().await.unwrap()["result"].is_object());
     peer.send_text(r#"{"method":"initialized"}"#).await;
-    let script = "setsid sleep 1000 & echo $!; wait";
-    let start = json!({"id": 2, "method": "process/start", "params": start_params("tree", &["sh", "-c", script], json!({}))});
-    peer.send_text(&start.to_string()).await;
-    let output =
-        next_matching(&mut peer, "the escaped pid", |m| m["method"] == "process/output").await;
-    let escaped: u32 =
-        String::from_utf8(unb64(&output["params"]["chunk"])).unwrap().trim().parse().unwrap();
+    let escaped =
+        start_printing_pid(&mut peer, "setsid sleep 1000 & echo $!; wait", "the escaped pid").await;
     // Killed here if the server does not (a failing test leaves none behind).
     let _escaped_guard = Daemon(escaped);
     cut(&peer);
