@@ -72,21 +72,21 @@ impl ProcessTable {
         }
     }
 
-    /// Kills everything the connection started (its end): every family,
-    /// the descendants that left their sessions (setsid) included, and
-    /// everything in the cgroups of limited processes, in one sweep off the
-    /// loop (see [`ProcessTable::family_ender`]). The families are stopped
-    /// before any is killed: a leader killed first would hand its escaped
-    /// descendants to the subreaper, where no sweep could tell them from
-    /// another connection's. (Dropped before it runs, the table still kills
-    /// each leader's group as its entries go.)
+    /// Kills every process group and session (connection end), in one
+    /// sweep, and everything in the cgroups of limited processes.
     pub(crate) fn kill_all(&mut self) {
         self.closing = true;
-        let anything = !self.entries.is_empty()
-            || !self.lingering.is_empty()
-            || !self.lingering_groups.is_empty();
-        if anything {
-            self.sweeps.spawn_blocking(self.family_ender());
+        let lingering = self.lingering.iter().map(|(session, _)| *session);
+        let sessions: Vec<Session> = self
+            .entries
+            .values()
+            .map(|entry| entry.signal_tree(&[Signal::KILL]))
+            .chain(lingering)
+            .collect();
+        self.sweep(sessions, &[Signal::KILL]);
+        let groups = self.all_groups();
+        if !groups.is_empty() {
+            self.sweeps.spawn_blocking(move || tree::kill_groups(&groups));
         }
         self.kill_stuck_starts();
     }

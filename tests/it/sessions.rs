@@ -523,25 +523,6 @@ async fn a_session_ending_kills_descendants_that_left_its_sessions() {
     wait_dead(escaped).await;
 }
 
-/// A connection that did not ask to be resumable: its end kills what it
-/// started at once, descendants that left its sessions included (they
-/// outlived it until 2026-12-07).
-#[tokio::test]
-async fn a_connection_without_a_session_kills_descendants_that_left_its_sessions_when_it_ends() {
-    let server = WsServer::start(&["--listen", "ws://127.0.0.1:0"]).await;
-    let mut peer = WsPeer::connect(&server.url).await;
-    let init = json!({"id": 1, "method": "initialize", "params": {"clientName": "plain"}});
-    peer.send_text(&init.to_string()).await;
-    assert!(peer.next().await.unwrap()["result"].is_object());
-    peer.send_text(r#"{"method":"initialized"}"#).await;
-    let escaped =
-        start_printing_pid(&mut peer, "setsid sleep 1000 & echo $!; wait", "the escaped pid").await;
-    // Killed here if the server does not (a failing test leaves none behind).
-    let _escaped_guard = Daemon(escaped);
-    cut(&peer);
-    wait_dead(escaped).await;
-}
-
 /// `session/end` (with the default ttl, longer than any wait here): the
 /// tree goes at once, setsid'd descendants included, the connection closes
 /// after the reply, and the id is forgotten.
