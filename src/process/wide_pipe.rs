@@ -54,7 +54,7 @@ impl std::fmt::Debug for Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         shrink(&self.pipe, self.size);
-        self.budget.grown.fetch_sub(1, Ordering::AcqRel);
+        self.budget.release();
     }
 }
 
@@ -111,31 +111,25 @@ impl Budget {
         self.grown
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < most).then_some(n + 1))
             .ok()?;
-        // Released (and the pipe put back) unless all goes well below.
-        let release = Release(self);
         // A descriptor of its own, so the pipe can be put back even after
         // the reader's is closed (in the order a cancelled task drops them).
-        let own = pipe.try_clone().ok()?;
-        // SAFETY: F_SETPIPE_SZ only resizes the buffer of a pipe this process holds.
-        if unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, WIDE_PIPE) } < WIDE_PIPE {
+        let Ok(own) = pipe.try_clone() else {
+            self.release();
             return None;
-        }
-        std::mem::forget(release);
-        Some(Slot { budget: self, pipe: own, size })
+        };
+        // Dropped if the kernel refuses: its place goes back.
+        let slot = Slot { budget: self, pipe: own, size };
+        // SAFETY: F_SETPIPE_SZ only resizes the buffer of a pipe this process holds.
+        (unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, WIDE_PIPE) } >= WIDE_PIPE).then_some(slot)
+    }
+
+    fn release(&self) {
+        self.grown.fetch_sub(1, Ordering::AcqRel);
     }
 
     #[cfg(test)]
     fn grown(&self) -> usize {
         self.grown.load(Ordering::Acquire)
-    }
-}
-
-/// Gives back a place taken in a budget (for the failures of `widen`).
-struct Release(&'static Budget);
-
-impl Drop for Release {
-    fn drop(&mut self) {
-        self.0.grown.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
