@@ -128,8 +128,13 @@ where
     for _ in 0..RUNS {
         times.push(f().await);
     }
+    middle(times)
+}
+
+/// The middle of `times`.
+fn middle(mut times: Vec<Duration>) -> Duration {
     times.sort();
-    times[RUNS / 2]
+    times[times.len() / 2]
 }
 
 /// Starts `argv` `count` times in turn, each time writing an `initialize`
@@ -665,21 +670,21 @@ async fn bench() {
             let start = Instant::now();
             let before = busy_ticks();
             direct_output().await;
-            direct_cpu.add(before, start.elapsed());
-            directs.push(start.elapsed());
+            let took = start.elapsed();
+            direct_cpu.add(before, took);
+            directs.push(took);
             n += 1;
             let start = Instant::now();
             let before = busy_ticks();
             server_output(&stream_client, &format!("out-{n}")).await;
-            served_cpu.add(before, start.elapsed());
-            serveds.push(start.elapsed());
+            let took = start.elapsed();
+            served_cpu.add(before, took);
+            serveds.push(took);
             if run + 1 == RSS_AFTER_STREAMS {
                 streaming_rss = peak_rss_mib(streamer.pid());
             }
         }
-        directs.sort();
-        serveds.sort();
-        let (direct, served) = (directs[PAIRED_RUNS / 2], serveds[PAIRED_RUNS / 2]);
+        let (direct, served) = (middle(directs), middle(serveds));
         let base = mib_per_s(OUTPUT_BYTES, direct);
         rows.push(Row {
             what: "stdout of head -c 256MiB -> client (MiB/s)",
@@ -976,12 +981,6 @@ async fn protocol_starts(
         assert_eq!(process.wait().await.unwrap().code, 0);
     }
     start.elapsed()
-}
-
-/// The middle of `times`.
-fn middle(mut times: Vec<Duration>) -> Duration {
-    times.sort();
-    times[times.len() / 2]
 }
 
 async fn mcp_rows(client: &Client, rows: &mut Vec<Row>) {

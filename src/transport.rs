@@ -598,7 +598,8 @@ mod tests {
         };
         let alphabet = b"\n\r \t{}a\x00\xff\x0b";
         for _ in 0..20_000 {
-            let input: Vec<u8> = (0..next(60)).map(|_| alphabet[next(9)]).collect();
+            let input: Vec<u8> =
+                (0..next(60)).map(|_| alphabet[next(alphabet.len() as u64)]).collect();
             let (limit, capacity) = (next(12), 1 + next(16));
             let sizes: Vec<usize> = (0..4).map(|_| 1 + next(9)).collect();
             let trickle = || Trickle { input: input.clone(), at: 0, sizes: sizes.clone(), turn: 0 };
